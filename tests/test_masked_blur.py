@@ -1,0 +1,203 @@
+"""masked_gaussian_blur against a plain per-pixel loop, kornia and OpenCV; gradients; memory; errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import cv2
+import kornia
+import numpy as np
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+from upzoo import ConfigError, MaskedGaussianBlur, ShapeError, create_upsampler, masked_gaussian_blur
+from upzoo.filters import gaussian_taps
+
+NP_PAD = {"zeros": "constant", "reflect": "reflect", "replicate": "edge"}
+
+
+def loop_reference(x: torch.Tensor, threshold: float, kernel_size: int, border: str, stride: int, sigma=None):
+    """The original per-pixel loop, generalised to 2D/3D, every border mode and the stride grid."""
+    a = x.detach().double().numpy()
+    out = a.copy()
+    p = kernel_size // 2
+    taps = np.array(gaussian_taps(kernel_size, sigma))
+    dims = a.ndim - 2
+    kernel = taps
+    for _ in range(dims - 1):
+        kernel = np.multiply.outer(kernel, taps)
+    if border == "valid":
+        padded, offset = a, 0
+        ranges = [range(p, n - p, stride) for n in a.shape[2:]]
+    else:
+        padded = np.pad(a, [(0, 0), (0, 0)] + [(p, p)] * dims, mode=NP_PAD[border])
+        offset = p
+        ranges = [[r for r in range(n) if (r - p) % stride == 0] for n in a.shape[2:]]
+    for b, c in itertools.product(range(a.shape[0]), range(a.shape[1])):
+        for pos in itertools.product(*ranges):
+            if a[(b, c, *pos)] >= threshold:
+                window = tuple(slice(q + offset - p, q + offset + p + 1) for q in pos)
+                out[(b, c, *pos)] = (kernel * padded[(b, c, *window)]).sum()
+    return torch.from_numpy(out).to(x.dtype)
+
+
+@pytest.mark.parametrize("border", ["valid", "zeros", "reflect", "replicate"])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("threshold", [-10.0, 0.3, 10.0])
+@pytest.mark.parametrize("kernel_size, sigma", [(3, None), (5, None), (5, 1.3)])
+def test_2d_equals_the_per_pixel_loop(border, stride, threshold, kernel_size, sigma):
+    x = torch.randn(2, 3, 9, 12, dtype=torch.float64)
+    out = masked_gaussian_blur(x, threshold=threshold, kernel_size=kernel_size, sigma=sigma, border=border, stride=stride)
+    torch.testing.assert_close(out, loop_reference(x, threshold, kernel_size, border, stride, sigma))
+    assert out.shape == x.shape
+
+
+@pytest.mark.parametrize("border", ["valid", "zeros", "reflect", "replicate"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_3d_equals_the_per_voxel_loop(border, stride):
+    x = torch.randn(1, 2, 5, 6, 7, dtype=torch.float64)
+    out = masked_gaussian_blur(x, threshold=0.0, border=border, stride=stride)
+    torch.testing.assert_close(out, loop_reference(x, 0.0, 3, border, stride))
+
+
+def test_float32_matches_the_loop_and_the_classic_kernel():
+    x = torch.zeros(1, 1, 5, 5)
+    x[0, 0, 2, 2] = 16.0
+    out = masked_gaussian_blur(x, threshold=1.0)
+    assert out[0, 0, 2, 2] == 4.0  # the centre weight of [1,2,1] x [1,2,1] / 16
+    assert out[0, 0, 1, 1] == 0.0  # below the threshold: kept
+    y = torch.rand(2, 3, 16, 16)
+    torch.testing.assert_close(masked_gaussian_blur(y, threshold=0.5), loop_reference(y, 0.5, 3, "valid", 1))
+
+
+@pytest.mark.parametrize("border, kornia_border", [("reflect", "reflect"), ("replicate", "replicate"),
+                                                   ("zeros", "constant")])
+def test_blur_everywhere_equals_kornia(border, kornia_border):
+    x = torch.randn(2, 3, 10, 11, dtype=torch.float64)
+    expected = kornia.filters.gaussian_blur2d(x, (5, 5), (1.1, 1.1), border_type=kornia_border)
+    out = masked_gaussian_blur(x, threshold=-float("inf"), kernel_size=5, sigma=1.1, border=border)
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("k, sigma", [(9, None), (11, None), (5, 1.3), (7, 0.8)])
+def test_taps_match_opencv(k, sigma):
+    # OpenCV derives sigma = 0.3 * ((k - 1) / 2 - 1) + 0.8 for sigma <= 0 (kernels of 9 and more)
+    expected = cv2.getGaussianKernel(k, 0 if sigma is None else sigma, ktype=cv2.CV_64F).ravel()
+    np.testing.assert_allclose(gaussian_taps(k, sigma), expected, rtol=1e-9)
+    assert gaussian_taps(3) == (0.25, 0.5, 0.25)
+
+
+def test_stride_blurs_only_the_grid_and_keeps_the_shape():
+    x = torch.rand(1, 1, 8, 8) + 1.0
+    out = masked_gaussian_blur(x, threshold=0.0, stride=2)
+    assert out.shape == x.shape
+    changed = (out != x)[0, 0]
+    grid = torch.zeros(8, 8, dtype=torch.bool)
+    grid[1:7:2, 1:7:2] = True
+    assert torch.equal(changed, grid)
+
+
+def test_mask_selects_pixels_like_the_threshold():
+    x = torch.randn(2, 3, 8, 9)
+    torch.testing.assert_close(masked_gaussian_blur(x, mask=x >= 0.2, border="zeros"),
+                               masked_gaussian_blur(x, threshold=0.2, border="zeros"))
+    channel_mask = torch.tensor([True, False, True]).view(1, 3, 1, 1)
+    out = masked_gaussian_blur(x, mask=channel_mask, border="zeros")
+    torch.testing.assert_close(out[:, 1], x[:, 1])
+    torch.testing.assert_close(out[:, 0], masked_gaussian_blur(x, threshold=-1e9, border="zeros")[:, 0])
+
+
+def test_module_and_registry_agree_with_the_functional():
+    x = torch.randn(2, 3, 7, 8)
+    expected = masked_gaussian_blur(x, threshold=0.1, border="reflect", stride=2)
+    module = MaskedGaussianBlur(threshold=0.1, border="reflect", stride=2)
+    registered = create_upsampler("masked_blur", spatial_dims=2, in_channels=3, out_channels=3, scale=1,
+                                  threshold=0.1, border="reflect", stride=2)
+    torch.testing.assert_close(module(x), expected)
+    torch.testing.assert_close(registered(x), expected)
+    assert registered.output_shape((2, 3, 7, 8)) == (2, 3, 7, 8)
+
+
+# -- gradients ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("border", ["valid", "zeros", "reflect", "replicate"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_gradcheck_hard_and_soft(border, stride):
+    x = torch.randn(1, 2, 6, 7, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda t: masked_gaussian_blur(t, threshold=0.2, border=border, stride=stride), (x,))
+    assert gradcheck(lambda t: masked_gaussian_blur(t, threshold=0.2, border=border, stride=stride, soft=0.5), (x,))
+    v = torch.randn(1, 1, 4, 5, 6, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda t: masked_gaussian_blur(t, threshold=0.0, kernel_size=(3, 5, 3), border=border,
+                                                    stride=stride, soft=0.3), (v,))
+
+
+def test_gradcheck_float_mask_reaches_the_mask():
+    x = torch.randn(1, 2, 6, 7, dtype=torch.float64, requires_grad=True)
+    m = torch.rand(1, 1, 6, 7, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda t, w: masked_gaussian_blur(t, mask=w, border="replicate"), (x, m))
+
+
+def test_hard_mask_gradient_goes_to_kept_and_blurred_pixels():
+    x = torch.full((1, 1, 5, 5), -1.0, dtype=torch.float64, requires_grad=True)
+    masked_gaussian_blur(x, threshold=0.0).sum().backward()
+    assert torch.equal(x.grad, torch.ones_like(x))  # nothing blurred: identity
+    y = torch.full((1, 1, 5, 5), 1.0, dtype=torch.float64)
+    y[0, 0, 2, 2] = -1.0  # one kept pixel in the middle
+    y.requires_grad_(True)
+    out = masked_gaussian_blur(y, threshold=0.0)
+    out[0, 0, 2, 2].backward()
+    expected = torch.zeros(5, 5, dtype=torch.float64)
+    expected[2, 2] = 1.0
+    assert torch.equal(y.grad[0, 0], expected)
+
+
+def _saved_tensors(fn, x):
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = fn(x)
+    return out, saved
+
+
+@pytest.mark.parametrize("size", [16, 128])
+@pytest.mark.parametrize("border", ["valid", "reflect"])
+def test_one_autograd_node_and_nothing_saved_but_the_input(size, border):
+    x = torch.randn(4, 3, size, size, requires_grad=True)
+    out, saved = _saved_tensors(lambda t: masked_gaussian_blur(t, threshold=0.5, border=border, soft=None), x)
+    assert out.grad_fn.next_functions[0][0].variable is x  # one node between the input and the output
+    assert len(saved) == 1 and saved[0] is x
+    out_soft, saved_soft = _saved_tensors(lambda t: masked_gaussian_blur(t, threshold=0.5, soft=0.1), x)
+    assert len(saved_soft) == 1 and saved_soft[0] is x
+
+
+# -- errors ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(kernel_size=4), ConfigError, "kernel_size must be odd"),
+    (dict(border="mirror"), ConfigError, "border must be one of valid, zeros, reflect, replicate, got 'mirror'"),
+    (dict(stride=0), ConfigError, "stride must be an int >= 1"),
+    (dict(soft=0.0), ConfigError, "soft must be None or a positive temperature"),
+    (dict(sigma=-1.0), ConfigError, "sigma must be None, a positive number"),
+    (dict(mask=torch.ones(1, 1, 3, 3, dtype=torch.bool)), ShapeError, r"mask of shape \(1, 1, 3, 3\) does not broadcast"),
+    (dict(mask=torch.ones(1, 1, 8, 8, dtype=torch.int64)), ConfigError, "mask must be bool"),
+    (dict(mask=torch.ones(1, 1, 8, 8), soft=0.1), ConfigError, "soft applies to the threshold"),
+])
+def test_bad_arguments_raise_clear_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        masked_gaussian_blur(torch.randn(2, 3, 8, 8), **kwargs)
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ShapeError, match=r"expects \(B, C, H, W\) or \(B, C, D, H, W\), got 3 dims"):
+        masked_gaussian_blur(torch.randn(3, 8, 8))
+    with pytest.raises(ConfigError, match="floating-point tensor, got torch.int64"):
+        masked_gaussian_blur(torch.ones(1, 1, 8, 8, dtype=torch.int64))
+    with pytest.raises(ShapeError, match="border='reflect' needs every spatial size > kernel_size // 2"):
+        masked_gaussian_blur(torch.randn(1, 1, 2, 8), kernel_size=5, border="reflect")
+    with pytest.raises(ConfigError, match="kernel_size must be odd"):
+        MaskedGaussianBlur(kernel_size=2)
+    with pytest.raises(ShapeError, match="expects 3 input channels"):
+        create_upsampler("masked_blur", spatial_dims=2, in_channels=3, out_channels=3, scale=1)(torch.randn(1, 4, 8, 8))
+
+
+def test_input_smaller_than_the_kernel_is_returned_unchanged():
+    x = torch.randn(1, 1, 2, 2)
+    torch.testing.assert_close(masked_gaussian_blur(x, threshold=-1.0), x)

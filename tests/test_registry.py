@@ -1,0 +1,152 @@
+"""The registry: wildcards, errors with closest matches, duplicates, overrides, entry-point plugins."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from upzoo import RegistryError, create_upsampler, list_upsamplers, register_upsampler
+from upzoo.registry import UPSAMPLERS, PluginWarning, Registry, upsampler_info
+from upzoo.upsamplers import TransposedConvUpsampler, Upsampler
+
+BUILT_INS = ["carafe", "dysample", "interp_conv", "interpolate", "masked_blur", "pixel_shuffle", "transposed"]
+
+
+def test_built_ins_are_listed_with_wildcards_and_kinds():
+    assert list_upsamplers() == BUILT_INS
+    assert list_upsamplers("*shuffle*") == ["pixel_shuffle"]
+    assert list_upsamplers("inter*") == ["interp_conv", "interpolate"]
+    assert list_upsamplers(kind="post_filter") == ["masked_blur"]
+    assert "masked_blur" not in list_upsamplers(kind="upsampler")
+    info = upsampler_info("carafe")
+    assert info.spatial_dims == (2,) and info.kind == "upsampler"
+    assert info.description.startswith("CARAFE")
+    assert info.options["kernel_up"] == 5
+
+
+def test_unknown_name_lists_the_options_and_the_closest_match():
+    with pytest.raises(RegistryError, match=r"unknown upsampler 'pixelshuffle'; registered: carafe, .*did you mean 'pixel_shuffle'\?"):
+        create_upsampler("pixelshuffle", spatial_dims=2, in_channels=2, out_channels=2, scale=2)
+
+
+def test_unknown_option_suggests_the_closest_option():
+    with pytest.raises(RegistryError, match=r"has no option 'kernel'; its options are: kernel_size, .*did you mean 'kernel_size'\?"):
+        create_upsampler("transposed", spatial_dims=2, in_channels=2, out_channels=2, scale=2, kernel=3)
+
+
+def test_duplicate_names_fail_naming_both_origins_unless_overridden():
+    registry = Registry("upzoo.test_group_nobody_uses")
+
+    @registry.register("nearest")
+    class First(Upsampler):
+        """First."""
+
+    with pytest.raises(RegistryError, match=r"'nearest' is registered twice: by .*First and by .*Second"):
+        @registry.register("nearest")
+        class Second(Upsampler):
+            """Second."""
+
+    @registry.register("nearest", override=True)
+    class Third(Upsampler):
+        """Third."""
+
+    assert registry.info("nearest").factory is Third
+
+
+def test_bad_names_are_rejected():
+    with pytest.raises(RegistryError, match="lowercase snake case"):
+        register_upsampler("PixelShuffle")(TransposedConvUpsampler)
+
+
+def test_decorated_block_is_created_by_name_and_removed_again():
+    @register_upsampler("test_nearest_only")
+    class NearestOnly(Upsampler):
+        """Nearest-neighbour upsampling, for the test."""
+
+        def upsample(self, x):
+            return torch.nn.functional.interpolate(x, scale_factor=self.scale, mode="nearest")
+
+    try:
+        block = create_upsampler("test_nearest_only", spatial_dims=2, in_channels=1, out_channels=1, scale=(2, 3))
+        assert block(torch.ones(1, 1, 2, 2)).shape == (1, 1, 4, 6)
+        assert upsampler_info("test_nearest_only").description == "Nearest-neighbour upsampling, for the test"
+    finally:
+        UPSAMPLERS.unregister("test_nearest_only")
+    assert "test_nearest_only" not in list_upsamplers()
+
+
+@pytest.fixture
+def plugin_dir(tmp_path):
+    """A fake installed distribution 'upzoo-tiny-plugin' exposing entry points in upzoo.upsamplers."""
+
+    def make(entry_points: str, modules: dict[str, str]) -> None:
+        dist = tmp_path / "upzoo_tiny_plugin-0.1.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: upzoo-tiny-plugin\nVersion: 0.1\n")
+        (dist / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+        for name, source in modules.items():
+            (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        sys.path.insert(0, str(tmp_path))
+
+    yield make
+    sys.path.remove(str(tmp_path))
+    UPSAMPLERS.reload_plugins()  # drops the plugin entries and restores what they overrode
+    assert list_upsamplers() == BUILT_INS
+    for name in [n for n in sys.modules if n.startswith("tiny_plugin")]:
+        del sys.modules[name]
+
+
+TINY = """
+    import torch
+    from upzoo import Upsampler
+
+    class TinyRepeat(Upsampler):
+        '''Repeat every pixel (a plugin block).'''
+        supported_spatial_dims = (2,)
+
+        def upsample(self, x):
+            for axis, r in enumerate(self.scale):
+                x = x.repeat_interleave(r, dim=2 + axis)
+            return x
+"""
+
+
+def test_plugin_from_an_installed_distribution_is_created_by_name(plugin_dir):
+    plugin_dir(
+        """
+        [upzoo.upsamplers]
+        tiny_repeat = tiny_plugin_ok:TinyRepeat
+        tiny_broken = tiny_plugin_missing:Nothing
+        """,
+        {"tiny_plugin_ok": TINY},
+    )
+    with pytest.warns(PluginWarning, match=r"skipped the upsampler plugin 'tiny_broken' from package 'upzoo-tiny-plugin'"):
+        UPSAMPLERS.reload_plugins()
+    assert "tiny_repeat" in list_upsamplers()
+    info = upsampler_info("tiny_repeat")
+    assert info.origin == "plugin package 'upzoo-tiny-plugin' (tiny_plugin_ok:TinyRepeat)"
+    assert info.spatial_dims == (2,) and info.description == "Repeat every pixel (a plugin block)"
+    block = create_upsampler("tiny_repeat", spatial_dims=2, in_channels=1, out_channels=1, scale=(1, 2))
+    assert torch.equal(block(torch.tensor([[[[1.0, 2.0]]]])), torch.tensor([[[[1.0, 1.0, 2.0, 2.0]]]]))
+    # the built-ins keep working next to a broken plugin
+    assert create_upsampler("transposed", spatial_dims=2, in_channels=1, out_channels=1, scale=2) is not None
+
+
+def test_plugin_that_reuses_a_built_in_name_is_an_error_naming_both(plugin_dir):
+    plugin_dir("[upzoo.upsamplers]\ntransposed = tiny_plugin_dup:TinyRepeat\n", {"tiny_plugin_dup": TINY})
+    with pytest.raises(RegistryError, match=r"'transposed' is registered twice: by upzoo.upsamplers.transposed:TransposedConvUpsampler and by plugin package 'upzoo-tiny-plugin'"):
+        UPSAMPLERS.reload_plugins()
+    with pytest.raises(RegistryError, match="registered twice"):  # every lookup says so until it is fixed
+        create_upsampler("carafe", spatial_dims=2, in_channels=1, out_channels=1, scale=2)
+
+
+def test_plugin_may_override_explicitly(plugin_dir):
+    plugin_dir(
+        "[upzoo.upsamplers]\ncarafe = tiny_plugin_over:TinyRepeat\n",
+        {"tiny_plugin_over": TINY + "\n    TinyRepeat.override = True\n"},
+    )
+    UPSAMPLERS.reload_plugins()
+    assert upsampler_info("carafe").origin.startswith("plugin package")

@@ -1,0 +1,29 @@
+"""upzoo: a PyTorch model zoo in which the upsampling operator is a pluggable part.
+
+>>> import torch, upzoo
+>>> up = upzoo.create_upsampler("pixel_shuffle", spatial_dims=2, in_channels=8, out_channels=4, scale=2)
+>>> up(torch.zeros(1, 8, 5, 7)).shape
+torch.Size([1, 4, 10, 14])
+"""
+
+from upzoo.errors import ConfigError, DataError, RegistryError, ShapeError, UpzooError
+from upzoo.registry import create_upsampler, list_upsamplers, register_upsampler, upsampler_info
+from upzoo.upsamplers import Upsampler  # registers the built-in blocks
+from upzoo.filters import MaskedGaussianBlur, masked_gaussian_blur  # registers the post-filter
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "create_upsampler",
+    "list_upsamplers",
+    "register_upsampler",
+    "upsampler_info",
+    "Upsampler",
+    "masked_gaussian_blur",
+    "MaskedGaussianBlur",
+    "UpzooError",
+    "ConfigError",
+    "RegistryError",
+    "ShapeError",
+    "DataError",
+]

@@ -1,0 +1,29 @@
+"""The exception family every upzoo error belongs to.
+
+Catch :class:`UpzooError` to handle any problem upzoo reports about its input; the CLI turns it into
+a one-line message and exit code 1.
+"""
+
+from __future__ import annotations
+
+__all__ = ["UpzooError", "ConfigError", "RegistryError", "ShapeError", "DataError"]
+
+
+class UpzooError(Exception):
+    """Base class of every error upzoo raises for bad input."""
+
+
+class ConfigError(UpzooError, ValueError):
+    """An option, recipe field or argument has a value upzoo cannot use."""
+
+
+class RegistryError(UpzooError, LookupError):
+    """A name is not registered, registered twice, or given an option it does not take."""
+
+
+class ShapeError(UpzooError, ValueError):
+    """A tensor or size does not have the shape the model or block needs."""
+
+
+class DataError(UpzooError, ValueError):
+    """A dataset file or folder is missing, unreadable or inconsistent."""

@@ -1,0 +1,103 @@
+"""Dimension-generic helpers shared by the blocks: layer classes by ``spatial_dims``, per-axis
+tuples and input-shape checks with errors that say how to fix the input."""
+
+from __future__ import annotations
+
+from numbers import Integral
+from typing import Sequence
+
+from torch import nn
+
+from upzoo.errors import ConfigError, ShapeError
+
+__all__ = [
+    "conv_nd",
+    "conv_transpose_nd",
+    "to_ntuple",
+    "check_positive_int",
+    "check_input_shape",
+    "format_shape",
+]
+
+_CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
+_CONV_TRANSPOSE = {1: nn.ConvTranspose1d, 2: nn.ConvTranspose2d, 3: nn.ConvTranspose3d}
+_AXES = {1: "L", 2: "H, W", 3: "D, H, W"}
+
+
+def conv_nd(spatial_dims: int) -> type[nn.Conv1d | nn.Conv2d | nn.Conv3d]:
+    """The ``nn.ConvNd`` class for 1, 2 or 3 spatial dims."""
+    return _CONV[spatial_dims]
+
+
+def conv_transpose_nd(spatial_dims: int) -> type[nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d]:
+    """The ``nn.ConvTransposeNd`` class for 1, 2 or 3 spatial dims."""
+    return _CONV_TRANSPOSE[spatial_dims]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
+    """Return ``value`` as an int, or raise ``ConfigError`` if it is not an int ``>= minimum``."""
+    if not _is_int(value) or int(value) < minimum:  # type: ignore[call-overload]
+        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)  # type: ignore[call-overload]
+
+
+def to_ntuple(value: object, n: int, name: str, *, minimum: int = 1) -> tuple[int, ...]:
+    """Expand an int to an ``n``-tuple, or check a sequence has length ``n``; all ints ``>= minimum``.
+
+    >>> to_ntuple(2, 3, "scale"), to_ntuple((1, 2, 2), 3, "scale")
+    ((2, 2, 2), (1, 2, 2))
+
+    Raises:
+        ConfigError: not an int or sequence of ints, wrong length, or a value below ``minimum``.
+    """
+    if _is_int(value):
+        values: tuple[object, ...] = (value,) * n
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        values = tuple(value)
+        if len(values) != n:
+            raise ConfigError(
+                f"{name} needs one value per spatial axis ({n} for {n}D), got {len(values)}: {value!r}; "
+                f"pass an int or a tuple of {n} ints"
+            )
+    else:
+        values = ()
+    if not values or not all(_is_int(v) and int(v) >= minimum for v in values):  # type: ignore[call-overload]
+        raise ConfigError(
+            f"{name} must be an int >= {minimum} or a tuple of {n} such ints, got {value!r}"
+        )
+    return tuple(int(v) for v in values)  # type: ignore[call-overload]
+
+
+def format_shape(shape: Sequence[int]) -> str:
+    """``(2, 3, 64, 64)`` -> ``'2x3x64x64'``, the notation of the CLI."""
+    return "x".join(str(s) for s in shape)
+
+
+def check_input_shape(
+    shape: Sequence[int], *, spatial_dims: int, channels: int | None, owner: str
+) -> tuple[int, ...]:
+    """Check ``shape`` is ``(B, channels, *S)`` with ``spatial_dims`` axes in ``S``.
+
+    Raises:
+        ShapeError: naming the expected layout, the shape that came, and the fix.
+    """
+    shape = tuple(int(s) for s in shape)
+    expected = f"(B, {channels if channels is not None else 'C'}, {_AXES.get(spatial_dims, '...')})"
+    if len(shape) != spatial_dims + 2:
+        raise ShapeError(
+            f"{owner} expects a {spatial_dims}D batch {expected} with {spatial_dims + 2} dims, "
+            f"got {len(shape)} dims {shape}; add the batch/channel axes or build it with "
+            f"spatial_dims={len(shape) - 2 if len(shape) > 2 else '?'}"
+        )
+    if channels is not None and shape[1] != channels:
+        raise ShapeError(
+            f"{owner} expects {channels} input channels {expected}, got {shape[1]} in shape {shape}; "
+            f"build it with in_channels={shape[1]} or feed {channels} channels"
+        )
+    if any(s < 1 for s in shape[2:]):
+        raise ShapeError(f"{owner} got an empty spatial axis in shape {shape}")
+    return shape

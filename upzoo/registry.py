@@ -1,0 +1,298 @@
+"""The registry of upsampling blocks and post-filters.
+
+Built-ins register with :func:`register_upsampler`; third-party packages add blocks through the
+entry-point group ``upzoo.upsamplers`` (``name = package.module:Factory``), loaded once, lazily, on the
+first lookup. Every block is created the same way::
+
+    create_upsampler("pixel_shuffle", spatial_dims=2, in_channels=64, out_channels=32, scale=2)
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import importlib.metadata
+import inspect
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Literal
+
+from torch import nn
+
+from upzoo.errors import RegistryError
+
+__all__ = [
+    "BlockInfo",
+    "Registry",
+    "PluginWarning",
+    "UPSAMPLERS",
+    "register_upsampler",
+    "create_upsampler",
+    "list_upsamplers",
+    "upsampler_info",
+]
+
+Kind = Literal["upsampler", "post_filter"]
+CONTRACT_ARGS = ("spatial_dims", "in_channels", "out_channels", "scale")
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+class PluginWarning(UserWarning):
+    """A plugin package registered under ``upzoo.upsamplers`` could not be loaded."""
+
+
+@dataclass(frozen=True)
+class BlockInfo:
+    """What the registry knows about one block: how to build it and how to describe it."""
+
+    name: str
+    factory: Callable[..., nn.Module]
+    kind: Kind
+    spatial_dims: tuple[int, ...]
+    description: str
+    origin: str
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The block's own options (beyond the contract arguments) with their defaults."""
+        params = inspect.signature(self.factory).parameters
+        return {
+            p.name: p.default
+            for p in params.values()
+            if p.name not in CONTRACT_ARGS and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        }
+
+    @property
+    def accepts_any_option(self) -> bool:
+        params = inspect.signature(self.factory).parameters.values()
+        return any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _origin(factory: Callable[..., Any]) -> str:
+    return f"{factory.__module__}:{getattr(factory, '__qualname__', repr(factory))}"
+
+
+def _first_line(factory: Callable[..., Any]) -> str:
+    doc = inspect.getdoc(factory) or ""
+    return doc.strip().splitlines()[0].rstrip(".") if doc.strip() else ""
+
+
+def _closest(name: str, choices: Iterable[str]) -> str:
+    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f"; did you mean {match[0]!r}?" if match else ""
+
+
+class Registry:
+    """A name -> factory table with wildcard listing and entry-point plugins.
+
+    Args:
+        entry_point_group: the ``importlib.metadata`` group plugins register under.
+        what: the word used in error messages (``"upsampler"``).
+    """
+
+    def __init__(self, entry_point_group: str, what: str = "upsampler") -> None:
+        self._entries: dict[str, BlockInfo] = {}
+        self._group = entry_point_group
+        self._what = what
+        self._plugins_loaded = False
+        self._shadowed_by_plugins: dict[str, BlockInfo | None] = {}  # what each plugin entry replaced
+
+    # -- registering -------------------------------------------------------------------------------
+    def register(
+        self,
+        name: str,
+        *,
+        kind: Kind | None = None,
+        spatial_dims: tuple[int, ...] | None = None,
+        description: str | None = None,
+        override: bool = False,
+    ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
+        """Decorator registering a block class or factory function under ``name``.
+
+        ``kind``, ``spatial_dims`` and ``description`` default to the factory's ``kind`` and
+        ``supported_spatial_dims`` attributes and the first line of its docstring.
+
+        Raises:
+            RegistryError: bad name, or the name is taken and ``override`` is false.
+        """
+
+        def decorator(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+            self.add(self._make_info(name, factory, kind, spatial_dims, description, _origin(factory)), override=override)
+            return factory
+
+        return decorator
+
+    def _make_info(
+        self,
+        name: str,
+        factory: Callable[..., nn.Module],
+        kind: Kind | None,
+        spatial_dims: tuple[int, ...] | None,
+        description: str | None,
+        origin: str,
+    ) -> BlockInfo:
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise RegistryError(
+                f"{self._what} names are lowercase snake case like 'pixel_shuffle', got {name!r} from {origin}"
+            )
+        if not callable(factory):
+            raise RegistryError(f"{self._what} {name!r} from {origin} is not callable")
+        return BlockInfo(
+            name=name,
+            factory=factory,
+            kind=kind or getattr(factory, "kind", "upsampler"),
+            spatial_dims=tuple(spatial_dims or getattr(factory, "supported_spatial_dims", (2, 3))),
+            description=description or _first_line(factory),
+            origin=origin,
+        )
+
+    def add(self, info: BlockInfo, *, override: bool = False) -> None:
+        """Add a prepared entry; see :meth:`register`."""
+        existing = self._entries.get(info.name)
+        if existing is not None and not override and existing.factory is not info.factory:
+            raise RegistryError(
+                f"{self._what} {info.name!r} is registered twice: by {existing.origin} and by {info.origin}; "
+                f"rename one, or pass override=True to replace the first"
+            )
+        self._entries[info.name] = info
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (for tests and interactive use)."""
+        self._entries.pop(name, None)
+
+    # -- plugins -----------------------------------------------------------------------------------
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        staged: list[BlockInfo] = []
+        for ep in importlib.metadata.entry_points(group=self._group):
+            package = ep.dist.name if ep.dist is not None else ep.module
+            try:
+                factory = ep.load()
+                info = self._make_info(
+                    ep.name, factory, None, None, None, f"plugin package {package!r} ({ep.value})"
+                )
+            except Exception as exc:  # a broken plugin must not take the built-ins down
+                warnings.warn(
+                    f"upzoo: skipped the {self._what} plugin {ep.name!r} from package {package!r}: "
+                    f"{type(exc).__name__}: {exc}",
+                    PluginWarning,
+                    stacklevel=3,
+                )
+                continue
+            staged.append(info)
+        for info in staged:  # check every conflict before changing anything
+            existing = self._entries.get(info.name)
+            if existing is not None and not getattr(info.factory, "override", False):
+                raise RegistryError(
+                    f"{self._what} {info.name!r} is registered twice: by {existing.origin} and by "
+                    f"{info.origin}; uninstall one, or set `override = True` on the plugin's factory"
+                )
+        for info in staged:
+            self._shadowed_by_plugins[info.name] = self._entries.get(info.name)
+            self._entries[info.name] = info
+        self._plugins_loaded = True
+
+    def reload_plugins(self) -> None:
+        """Drop the plugin entries (restoring what they overrode) and load the plugins again."""
+        for name, previous in self._shadowed_by_plugins.items():
+            if previous is None:
+                self._entries.pop(name, None)
+            else:
+                self._entries[name] = previous
+        self._shadowed_by_plugins.clear()
+        self._plugins_loaded = False
+        self._load_plugins()
+
+    # -- looking up --------------------------------------------------------------------------------
+    def info(self, name: str) -> BlockInfo:
+        """The entry for ``name``.
+
+        Raises:
+            RegistryError: unknown name, with the registered names and the closest match.
+        """
+        self._load_plugins()
+        try:
+            return self._entries[name]
+        except (KeyError, TypeError):
+            names = sorted(self._entries)
+            raise RegistryError(
+                f"unknown {self._what} {name!r}; registered: {', '.join(names)}{_closest(str(name), names)}"
+            ) from None
+
+    def names(self, pattern: str = "*", *, kind: Kind | None = None) -> list[str]:
+        """Sorted names matching a shell-style ``pattern`` (``"*shuffle*"``), optionally of one kind."""
+        self._load_plugins()
+        return sorted(
+            n for n, info in self._entries.items()
+            if fnmatch.fnmatchcase(n, pattern) and (kind is None or info.kind == kind)
+        )
+
+    def create(self, name: str, /, **kwargs: Any) -> nn.Module:
+        """Build block ``name`` with the contract arguments and its own options.
+
+        Raises:
+            RegistryError: unknown name, or an option the block does not take (with its options).
+        """
+        info = self.info(name)
+        if not info.accepts_any_option:
+            known = info.options
+            for key in kwargs:
+                if key not in known and key not in CONTRACT_ARGS:
+                    listed = ", ".join(known) if known else "none"
+                    raise RegistryError(
+                        f"{self._what} {name!r} has no option {key!r}; its options are: {listed}"
+                        f"{_closest(key, known)}"
+                    )
+        return info.factory(**kwargs)
+
+
+UPSAMPLERS = Registry("upzoo.upsamplers")
+
+
+def register_upsampler(
+    name: str,
+    *,
+    kind: Kind | None = None,
+    spatial_dims: tuple[int, ...] | None = None,
+    description: str | None = None,
+    override: bool = False,
+) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
+    """Decorator: register a block class (or factory) in the upsampler registry.
+
+    >>> @register_upsampler("my_block")  # doctest: +SKIP
+    ... class MyBlock(Upsampler): ...
+    """
+    return UPSAMPLERS.register(name, kind=kind, spatial_dims=spatial_dims, description=description, override=override)
+
+
+def create_upsampler(
+    name: str, *, spatial_dims: int, in_channels: int, out_channels: int, scale: int | tuple[int, ...], **options: Any
+) -> nn.Module:
+    """Build a registered block: ``(B, in_channels, *S) -> (B, out_channels, *S*scale)``.
+
+    >>> up = create_upsampler("transposed", spatial_dims=3, in_channels=8, out_channels=4, scale=(1, 2, 2))
+    >>> up.output_shape((1, 8, 5, 16, 16))
+    (1, 4, 5, 32, 32)
+
+    Raises:
+        RegistryError: unknown name or option. ConfigError: bad contract arguments or option values.
+    """
+    return UPSAMPLERS.create(
+        name, spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale, **options
+    )
+
+
+def list_upsamplers(pattern: str = "*", *, kind: Kind | None = None) -> list[str]:
+    """Registered names matching ``pattern`` (shell wildcards), sorted.
+
+    >>> "pixel_shuffle" in list_upsamplers("pixel*")
+    True
+    """
+    return UPSAMPLERS.names(pattern, kind=kind)
+
+
+def upsampler_info(name: str) -> BlockInfo:
+    """Kind, spatial dims, description, options and origin of a registered block."""
+    return UPSAMPLERS.info(name)

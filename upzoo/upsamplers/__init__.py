@@ -1,0 +1,23 @@
+"""The built-in upsampling blocks, one family per file. Importing this package registers them all."""
+
+from upzoo.upsamplers.base import Upsampler
+from upzoo.upsamplers.carafe import CarafeUpsampler
+from upzoo.upsamplers.dysample import DySampleUpsampler
+from upzoo.upsamplers.interp_conv import InterpConvUpsampler
+from upzoo.upsamplers.interpolate import InterpolateUpsampler
+from upzoo.upsamplers.pixel_shuffle import PixelShuffleUpsampler, icnr_, pixel_shuffle_nd
+from upzoo.upsamplers.transposed import CheckerboardWarning, TransposedConvUpsampler, transposed_output_size
+
+__all__ = [
+    "Upsampler",
+    "CarafeUpsampler",
+    "DySampleUpsampler",
+    "InterpConvUpsampler",
+    "InterpolateUpsampler",
+    "PixelShuffleUpsampler",
+    "TransposedConvUpsampler",
+    "CheckerboardWarning",
+    "icnr_",
+    "pixel_shuffle_nd",
+    "transposed_output_size",
+]

@@ -1,0 +1,79 @@
+"""The upsampler contract every block follows."""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar, Sequence
+
+import torch
+from torch import nn
+
+from upzoo.errors import ConfigError
+from upzoo.layers import check_input_shape, check_positive_int, to_ntuple
+
+__all__ = ["Upsampler"]
+
+
+class Upsampler(nn.Module):
+    """Base class of the registered blocks: ``(B, in_channels, *S) -> (B, out_channels, *S_out)``.
+
+    Subclasses set ``supported_spatial_dims``, build their layers in ``__init__`` and implement
+    :meth:`upsample`; :meth:`forward` checks the input first. ``output_shape`` is analytic: by
+    default ``S_out = S * scale`` per axis; blocks with other arithmetic override
+    :meth:`output_spatial`.
+
+    Args:
+        spatial_dims: 2 for images ``(B, C, H, W)``, 3 for volumes ``(B, C, D, H, W)``.
+        in_channels, out_channels: channel counts of input and output.
+        scale: an int, or one int per spatial axis such as ``(1, 2, 2)``.
+
+    Raises:
+        ConfigError: unsupported ``spatial_dims``, non-positive channels, bad ``scale``.
+    """
+
+    kind: ClassVar[str] = "upsampler"
+    supported_spatial_dims: ClassVar[tuple[int, ...]] = (2, 3)
+
+    def __init__(self, *, spatial_dims: int, in_channels: int, out_channels: int, scale: int | Sequence[int]) -> None:
+        super().__init__()
+        if spatial_dims not in self.supported_spatial_dims:
+            raise ConfigError(
+                f"{type(self).__name__} supports spatial_dims in {self.supported_spatial_dims}, got {spatial_dims!r}"
+            )
+        self.spatial_dims = int(spatial_dims)
+        self.in_channels = check_positive_int(in_channels, "in_channels")
+        self.out_channels = check_positive_int(out_channels, "out_channels")
+        self.scale: tuple[int, ...] = to_ntuple(scale, self.spatial_dims, "scale")
+
+    @property
+    def scale_product(self) -> int:
+        """How many output positions each input position becomes: ``prod(scale)``."""
+        return math.prod(self.scale)
+
+    def output_spatial(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
+        """Output spatial size for input spatial size ``spatial`` (no forward pass)."""
+        return tuple(s * k for s, k in zip(spatial, self.scale))
+
+    def output_shape(self, input_shape: Sequence[int]) -> tuple[int, ...]:
+        """``(B, in_channels, *S) -> (B, out_channels, *S_out)``, computed without running the block.
+
+        Raises:
+            ShapeError: wrong number of dims or channels.
+        """
+        shape = check_input_shape(
+            input_shape, spatial_dims=self.spatial_dims, channels=self.in_channels, owner=type(self).__name__
+        )
+        return (shape[0], self.out_channels, *self.output_spatial(shape[2:]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_input_shape(x.shape, spatial_dims=self.spatial_dims, channels=self.in_channels, owner=type(self).__name__)
+        return self.upsample(x)
+
+    def upsample(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return (
+            f"spatial_dims={self.spatial_dims}, in_channels={self.in_channels}, "
+            f"out_channels={self.out_channels}, scale={self.scale}"
+        )

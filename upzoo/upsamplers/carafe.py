@@ -1,0 +1,74 @@
+"""CARAFE: content-aware reassembly of features (Wang et al., ICCV 2019), pure PyTorch, 2D."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from upzoo.errors import ConfigError
+from upzoo.layers import check_positive_int
+from upzoo.registry import register_upsampler
+from upzoo.upsamplers.base import Upsampler
+from upzoo.upsamplers.pixel_shuffle import pixel_shuffle_nd
+
+__all__ = ["CarafeUpsampler"]
+
+
+@register_upsampler("carafe")
+class CarafeUpsampler(Upsampler):
+    """CARAFE: predicted, softmax-normalised k_up x k_up kernels reassemble each output point.
+
+    ``(B, C_in, H, W) -> (B, C_out, H * s_h, W * s_w)``. A 1x1 conv compresses the channels, a
+    ``kernel_encoder`` conv predicts ``kernel_up**2`` weights per sub-position, softmax normalises
+    them, and every output point is the weighted sum of the ``kernel_up x kernel_up`` neighbourhood
+    of its source point (computed at input resolution with ``unfold``, no compiled ops). A 1x1 conv
+    projects to ``out_channels`` when it differs from ``in_channels``.
+
+    Args:
+        kernel_up: reassembly kernel size (odd), 5 in the paper.
+        kernel_encoder: content-encoder kernel size (odd), 3 in the paper.
+        compressed_channels: channels after compression, 64 in the paper.
+    """
+
+    supported_spatial_dims = (2,)
+
+    def __init__(
+        self,
+        *,
+        spatial_dims: int,
+        in_channels: int,
+        out_channels: int,
+        scale: int | Sequence[int],
+        kernel_up: int = 5,
+        kernel_encoder: int = 3,
+        compressed_channels: int = 64,
+    ) -> None:
+        super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
+        for name, k in (("kernel_up", kernel_up), ("kernel_encoder", kernel_encoder)):
+            if check_positive_int(k, name) % 2 == 0:
+                raise ConfigError(f"carafe {name} must be odd, got {k}")
+        self.kernel_up = kernel_up
+        self.kernel_encoder = kernel_encoder
+        mid = check_positive_int(compressed_channels, "compressed_channels")
+        self.compress = nn.Conv2d(self.in_channels, mid, kernel_size=1)
+        self.encoder = nn.Conv2d(
+            mid, kernel_up**2 * self.scale_product, kernel_size=kernel_encoder, padding=kernel_encoder // 2
+        )
+        self.proj = (
+            nn.Conv2d(self.in_channels, self.out_channels, kernel_size=1) if self.out_channels != self.in_channels else None
+        )
+
+    def upsample(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        k2, r = self.kernel_up**2, self.scale_product
+        kernels = self.encoder(self.compress(x)).reshape(b, k2, r, h, w).softmax(dim=1)
+        patches = F.unfold(x, self.kernel_up, padding=self.kernel_up // 2).reshape(b, c, k2, h, w)
+        y = torch.einsum("bckhw,bkrhw->bcrhw", patches, kernels).reshape(b, c * r, h, w)
+        y = pixel_shuffle_nd(y, self.scale)
+        return self.proj(y) if self.proj is not None else y
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, kernel_up={self.kernel_up}"

@@ -1,0 +1,68 @@
+"""Resize-convolution: interpolate by the scale, then a "same" convolution (Odena et al. 2016)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from upzoo.errors import ConfigError
+from upzoo.layers import conv_nd, to_ntuple
+from upzoo.registry import register_upsampler
+from upzoo.upsamplers.base import Upsampler
+from upzoo.upsamplers.interpolate import InterpMode, check_interp_mode
+
+__all__ = ["InterpConvUpsampler"]
+
+
+@register_upsampler("interp_conv")
+class InterpConvUpsampler(Upsampler):
+    """Resize (nearest, bilinear/bicubic, trilinear) then a same-padded conv: checkerboard-free.
+
+    ``(B, C_in, *S) -> (B, C_out, *S * scale)``.
+
+    Args:
+        mode: ``nearest`` (default), ``nearest-exact``, ``bilinear``/``bicubic`` (2D), ``trilinear`` (3D).
+        align_corners: as in :func:`torch.nn.functional.interpolate`, smooth modes only.
+        kernel_size: odd conv kernel, int or per axis.
+        bias: add a learned bias.
+
+    >>> up = InterpConvUpsampler(spatial_dims=2, in_channels=4, out_channels=2, scale=(2, 3), mode="bilinear")
+    >>> up(torch.zeros(1, 4, 5, 5)).shape
+    torch.Size([1, 2, 10, 15])
+    """
+
+    def __init__(
+        self,
+        *,
+        spatial_dims: int,
+        in_channels: int,
+        out_channels: int,
+        scale: int | Sequence[int],
+        mode: InterpMode = "nearest",
+        align_corners: bool | None = None,
+        kernel_size: int | Sequence[int] = 3,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
+        check_interp_mode(mode, self.spatial_dims, align_corners)
+        self.mode = mode
+        self.align_corners = align_corners
+        self.kernel_size = to_ntuple(kernel_size, self.spatial_dims, "kernel_size")
+        if any(k % 2 == 0 for k in self.kernel_size):
+            raise ConfigError(f"interp_conv needs an odd kernel_size for 'same' padding, got {self.kernel_size}")
+        self.conv = conv_nd(self.spatial_dims)(
+            self.in_channels,
+            self.out_channels,
+            kernel_size=self.kernel_size,
+            padding=tuple(k // 2 for k in self.kernel_size),
+            bias=bias,
+        )
+
+    def upsample(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.interpolate(x, scale_factor=self.scale, mode=self.mode, align_corners=self.align_corners)
+        return self.conv(x)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, mode={self.mode!r}"

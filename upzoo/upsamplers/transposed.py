@@ -1,0 +1,118 @@
+"""Transposed convolution, 2D and 3D, with per-axis (anisotropic) scale."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+import torch
+
+from upzoo.errors import ConfigError, ShapeError
+from upzoo.layers import conv_transpose_nd, to_ntuple
+from upzoo.registry import register_upsampler
+from upzoo.upsamplers.base import Upsampler
+
+__all__ = ["TransposedConvUpsampler", "CheckerboardWarning", "transposed_output_size"]
+
+
+class CheckerboardWarning(UserWarning):
+    """A transposed conv whose kernel size is not a multiple of its stride (uneven overlap)."""
+
+
+def transposed_output_size(
+    size: int, *, kernel_size: int, stride: int, padding: int = 0, output_padding: int = 0, dilation: int = 1
+) -> int:
+    """PyTorch's full ``ConvTranspose`` output size for one axis:
+    ``(size - 1) * stride - 2 * padding + dilation * (kernel_size - 1) + output_padding + 1``.
+
+    >>> transposed_output_size(33, kernel_size=4, stride=2, padding=1)
+    66
+    """
+    return (size - 1) * stride - 2 * padding + dilation * (kernel_size - 1) + output_padding + 1
+
+
+@register_upsampler("transposed")
+class TransposedConvUpsampler(Upsampler):
+    """Transposed convolution; by default kernel = stride = scale, so output = input x scale exactly.
+
+    ``(B, C_in, *S) -> (B, C_out, *S_out)`` with PyTorch's full output-size formula per axis (see
+    :func:`transposed_output_size`); with the defaults ``S_out = S * scale`` and the kernels tile the
+    output without overlapping. The classic DCGAN stage is ``kernel_size=4, padding=1`` at scale 2.
+
+    Args:
+        kernel_size, padding, output_padding, dilation: int or per-axis tuple; ``kernel_size=None``
+            means ``scale``. A kernel that is not a multiple of the stride on some axis overlaps
+            unevenly and warns once (:class:`CheckerboardWarning`).
+        bias: add a learned bias.
+
+    Raises:
+        ConfigError: negative padding, ``output_padding`` not below ``max(stride, dilation)``.
+
+    >>> up = TransposedConvUpsampler(spatial_dims=3, in_channels=8, out_channels=4, scale=(1, 2, 2))
+    >>> up(torch.zeros(1, 8, 5, 16, 16)).shape
+    torch.Size([1, 4, 5, 32, 32])
+    """
+
+    def __init__(
+        self,
+        *,
+        spatial_dims: int,
+        in_channels: int,
+        out_channels: int,
+        scale: int | Sequence[int],
+        kernel_size: int | Sequence[int] | None = None,
+        padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
+        n = self.spatial_dims
+        self.kernel_size = self.scale if kernel_size is None else to_ntuple(kernel_size, n, "kernel_size")
+        self.padding = to_ntuple(padding, n, "padding", minimum=0)
+        self.output_padding = to_ntuple(output_padding, n, "output_padding", minimum=0)
+        self.dilation = to_ntuple(dilation, n, "dilation")
+        for op, s, d in zip(self.output_padding, self.scale, self.dilation):
+            if op >= max(s, d):
+                raise ConfigError(
+                    f"output_padding must be smaller than max(stride, dilation) on every axis, got "
+                    f"output_padding={self.output_padding} with stride={self.scale}, dilation={self.dilation}"
+                )
+        uneven = [a for a, (k, s) in enumerate(zip(self.kernel_size, self.scale)) if k % s]
+        if uneven:
+            warnings.warn(
+                f"transposed conv with kernel_size={self.kernel_size} and stride={self.scale}: the kernel is not "
+                f"a multiple of the stride on axis {uneven}, so kernels overlap unevenly (checkerboard risk); "
+                f"use kernel_size=scale or a multiple of it",
+                CheckerboardWarning,
+                stacklevel=2,
+            )
+        self.conv = conv_transpose_nd(n)(
+            self.in_channels,
+            self.out_channels,
+            kernel_size=self.kernel_size,
+            stride=self.scale,
+            padding=self.padding,
+            output_padding=self.output_padding,
+            dilation=self.dilation,
+            bias=bias,
+        )
+
+    def output_spatial(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
+        out = tuple(
+            transposed_output_size(s, kernel_size=k, stride=st, padding=p, output_padding=op, dilation=d)
+            for s, k, st, p, op, d in zip(
+                spatial, self.kernel_size, self.scale, self.padding, self.output_padding, self.dilation
+            )
+        )
+        if any(o < 1 for o in out):
+            raise ShapeError(
+                f"TransposedConvUpsampler would produce spatial size {out} from {tuple(spatial)}; "
+                f"reduce padding {self.padding} or grow the input"
+            )
+        return out
+
+    def upsample(self, x: torch.Tensor) -> torch.Tensor:
+        if any(self.padding):
+            self.output_spatial(tuple(x.shape[2:]))  # raises ShapeError for a non-positive output
+        return self.conv(x)
