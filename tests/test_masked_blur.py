@@ -80,9 +80,9 @@ def test_blur_everywhere_equals_kornia(border, kornia_border):
     torch.testing.assert_close(out, expected)
 
 
-@pytest.mark.parametrize("k, sigma", [(9, None), (11, None), (5, 1.3), (7, 0.8)])
+@pytest.mark.parametrize("k, sigma", [(11, None), (13, None), (5, 1.3), (7, 0.8)])
 def test_taps_match_opencv(k, sigma):
-    # OpenCV derives sigma = 0.3 * ((k - 1) / 2 - 1) + 0.8 for sigma <= 0 (kernels of 9 and more)
+    # OpenCV derives sigma = 0.3 * ((k - 1) / 2 - 1) + 0.8 for sigma <= 0 (kernels above 9; smaller ones use fixed tables)
     expected = cv2.getGaussianKernel(k, 0 if sigma is None else sigma, ktype=cv2.CV_64F).ravel()
     np.testing.assert_allclose(gaussian_taps(k, sigma), expected, rtol=1e-9)
     assert gaussian_taps(3) == (0.25, 0.5, 0.25)
