@@ -201,3 +201,11 @@ def test_bad_inputs_raise_clear_errors():
 def test_input_smaller_than_the_kernel_is_returned_unchanged():
     x = torch.randn(1, 1, 2, 2)
     torch.testing.assert_close(masked_gaussian_blur(x, threshold=-1.0), x)
+
+
+def test_the_users_mask_and_input_are_never_modified():
+    x = torch.randn(1, 2, 6, 7, requires_grad=True)
+    for mask in (torch.rand(1, 2, 6, 7), torch.rand(1, 2, 6, 7) > 0.5):
+        before_mask, before_x = mask.clone(), x.detach().clone()
+        masked_gaussian_blur(x, mask=mask).backward(torch.randn(1, 2, 6, 7))
+        assert torch.equal(mask, before_mask) and torch.equal(x.detach(), before_x)

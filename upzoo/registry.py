@@ -31,6 +31,7 @@ __all__ = [
     "create_upsampler",
     "list_upsamplers",
     "upsampler_info",
+    "describe_blocks",
 ]
 
 Kind = Literal["upsampler", "post_filter"]
@@ -296,3 +297,26 @@ def list_upsamplers(pattern: str = "*", *, kind: Kind | None = None) -> list[str
 def upsampler_info(name: str) -> BlockInfo:
     """Kind, spatial dims, description, options and origin of a registered block."""
     return UPSAMPLERS.info(name)
+
+
+def describe_blocks(pattern: str = "*", *, kind: Kind | None = None) -> list[dict[str, Any]]:
+    """One row per matching block: name, kind, dims, learned parameters at a reference size
+    (64 -> 64 channels, scale 2, 2D where supported), description and origin."""
+    rows = []
+    for name in list_upsamplers(pattern, kind=kind):
+        info = UPSAMPLERS.info(name)
+        dims = 2 if 2 in info.spatial_dims else info.spatial_dims[0]
+        block = info.factory(
+            spatial_dims=dims, in_channels=64, out_channels=64, scale=1 if info.kind == "post_filter" else 2
+        )
+        rows.append(
+            {
+                "name": name,
+                "kind": info.kind,
+                "dims": "/".join(f"{d}D" for d in info.spatial_dims),
+                "params": sum(p.numel() for p in block.parameters()),
+                "description": info.description,
+                "origin": info.origin,
+            }
+        )
+    return rows

@@ -135,14 +135,22 @@ def _blur_at_lattice_adjoint(grad: torch.Tensor, plan: _Plan, into: torch.Tensor
     for axis in reversed(range(n)):
         dim, start = axis + 2, plan.window_start(axis)
         _, count, step = plan.lattice[axis]
+        taps = plan.taps[axis]
         if axis == 0:
-            target = into
+            target, first = into, 0
         else:  # the intermediate of the forward pass: lattice-sized on earlier axes, full on later ones
             shape = list(grad.shape)
             shape[dim] = into.shape[dim]
-            target = grad.new_zeros(shape)
-        for j, tap in enumerate(plan.taps[axis]):
-            target[_axis_slice(target.ndim, dim, start + j, count, step)].add_(grad, alpha=tap)
+            if step == 1:  # the first tap writes [start, start + count); zero only what it leaves
+                target = grad.new_empty(shape)
+                target.narrow(dim, 0, start).zero_()
+                target.narrow(dim, start + count, shape[dim] - start - count).zero_()
+                torch.mul(grad, taps[0], out=target.narrow(dim, start, count))
+                first = 1
+            else:
+                target, first = grad.new_zeros(shape), 0
+        for j in range(first, len(taps)):
+            target[_axis_slice(target.ndim, dim, start + j, count, step)].add_(grad, alpha=taps[j])
         grad = target
 
 
@@ -181,7 +189,7 @@ class _MaskedBlurFunction(torch.autograd.Function):
         mask_s = mask.expand(x.shape)[index] if mask is not None else None
         out = x.clone()
         # lerp is exact at weights 0 and 1, so hard decisions copy the blurred or the kept value
-        out[index] = torch.lerp(xs, blurred, _blend_weight(xs, mask_s, threshold, soft))
+        torch.lerp(xs, blurred, _blend_weight(xs, mask_s, threshold, soft), out=out[index])
         ctx.save_for_backward(x, mask)  # the input (and the user's mask): nothing new is kept
         ctx.plan, ctx.threshold, ctx.soft = plan, threshold, soft
         return out
@@ -194,20 +202,20 @@ class _MaskedBlurFunction(torch.autograd.Function):
         xs, gs = x[index], grad_out[index]
         mask_s = mask.expand(x.shape)[index] if mask is not None else None
         w = _blend_weight(xs, mask_s, threshold, soft)
-        grad_blur = gs * w
-        direct = gs - grad_blur
+        w_is_scratch = mask is None and soft is None  # a fresh 0/1 tensor not needed after this
+        grad_blur = w.mul_(gs) if w_is_scratch else gs * w
+        grad_x = grad_out.clone()
+        grad_x[index].sub_(grad_blur)  # kept share of the direct path: gs * (1 - w)
         grad_mask = None
         mask_needs_grad = mask is not None and ctx.needs_input_grad[1]
         if soft is not None or mask_needs_grad:
             difference = _blur_at_lattice(_pad(x, plan), plan) - xs
             if soft is not None:  # d w / d x through the sigmoid
-                direct = direct + gs * difference * (w * (1 - w) / soft)
+                grad_x[index].add_(gs * difference * (w * (1 - w) / soft))
             if mask_needs_grad:
                 full = torch.zeros_like(x)
                 full[index] = gs * difference
                 grad_mask = full.sum_to_size(mask.shape)
-        grad_x = grad_out.clone()
-        grad_x[index] = direct
         if plan.border == "valid" or not any(plan.pads):
             _blur_at_lattice_adjoint(grad_blur, plan, into=grad_x)
         else:

@@ -1,0 +1,1 @@
+"""Measurement: speed (FPS, timings), memory (peak), artifacts (checkerboard score)."""

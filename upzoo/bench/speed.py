@@ -1,0 +1,84 @@
+"""Timing done right: warm-up, device synchronisation, a fixed number of timed runs, median and spread."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+__all__ = ["Timing", "time_call", "compare_calls", "memcpy_bandwidth", "synchronize"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call over ``runs`` timed calls."""
+
+    median: float
+    q1: float
+    q3: float
+    runs: int
+
+    @property
+    def spread(self) -> float:
+        """Inter-quartile range relative to the median."""
+        return (self.q3 - self.q1) / self.median if self.median > 0 else float("nan")
+
+
+def synchronize(device: torch.device | str | None) -> None:
+    """Wait for queued work on ``device`` (a no-op on the CPU)."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _stats(samples: Sequence[float]) -> Timing:
+    samples = sorted(samples)
+    if len(samples) >= 4:
+        q1, _, q3 = statistics.quantiles(samples, n=4)
+    else:
+        q1, q3 = samples[0], samples[-1]
+    return Timing(median=statistics.median(samples), q1=q1, q3=q3, runs=len(samples))
+
+
+def time_call(fn: Callable[[], object], *, warmup: int = 3, runs: int = 10, device=None) -> Timing:
+    """Time ``fn()``: ``warmup`` untimed calls, then ``runs`` calls each bracketed by synchronisation."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        samples.append(time.perf_counter() - start)
+    return _stats(samples)
+
+
+def compare_calls(
+    fns: dict[str, Callable[[], object]], *, warmup: int = 3, runs: int = 10, device=None
+) -> dict[str, Timing]:
+    """Time several callables side by side, interleaved run by run so machine noise hits all alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    synchronize(device)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            samples[name].append(time.perf_counter() - start)
+    return {name: _stats(s) for name, s in samples.items()}
+
+
+def memcpy_bandwidth(megabytes: int = 256, runs: int = 5) -> float:
+    """This machine's memory-copy bandwidth in bytes/s (read + write counted), measured now on the CPU."""
+    n = megabytes * 2**20 // 4
+    src = torch.ones(n)
+    dst = torch.empty_like(src)
+    timing = time_call(lambda: dst.copy_(src), warmup=2, runs=runs)
+    return 2 * src.numel() * src.element_size() / timing.median
