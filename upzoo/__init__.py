@@ -10,6 +10,7 @@ from upzoo.errors import ConfigError, DataError, RegistryError, ShapeError, Upzo
 from upzoo.registry import create_upsampler, list_upsamplers, register_upsampler, upsampler_info
 from upzoo.upsamplers import Upsampler  # registers the built-in blocks
 from upzoo.filters import MaskedGaussianBlur, masked_gaussian_blur  # registers the post-filter
+from upzoo.models import DCGANDiscriminator, DCGANGenerator, UNet, build_model
 
 __version__ = "0.1.0"
 
@@ -21,6 +22,10 @@ __all__ = [
     "Upsampler",
     "masked_gaussian_blur",
     "MaskedGaussianBlur",
+    "UNet",
+    "DCGANGenerator",
+    "DCGANDiscriminator",
+    "build_model",
     "UpzooError",
     "ConfigError",
     "RegistryError",

@@ -6,7 +6,10 @@ a one-line message and exit code 1.
 
 from __future__ import annotations
 
-__all__ = ["UpzooError", "ConfigError", "RegistryError", "ShapeError", "DataError"]
+import difflib
+from typing import Iterable
+
+__all__ = ["UpzooError", "ConfigError", "RegistryError", "ShapeError", "DataError", "did_you_mean"]
 
 
 class UpzooError(Exception):
@@ -27,3 +30,9 @@ class ShapeError(UpzooError, ValueError):
 
 class DataError(UpzooError, ValueError):
     """A dataset file or folder is missing, unreadable or inconsistent."""
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``choices``, or ``""`` when none is close."""
+    match = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
+    return f"; did you mean {match[0]!r}?" if match else ""

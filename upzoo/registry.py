@@ -9,18 +9,17 @@ first lookup. Every block is created the same way::
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import importlib.metadata
 import inspect
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Literal
 
 from torch import nn
 
-from upzoo.errors import RegistryError
+from upzoo.errors import RegistryError, did_you_mean
 
 __all__ = [
     "BlockInfo",
@@ -77,11 +76,6 @@ def _origin(factory: Callable[..., Any]) -> str:
 def _first_line(factory: Callable[..., Any]) -> str:
     doc = inspect.getdoc(factory) or ""
     return doc.strip().splitlines()[0].rstrip(".") if doc.strip() else ""
-
-
-def _closest(name: str, choices: Iterable[str]) -> str:
-    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
-    return f"; did you mean {match[0]!r}?" if match else ""
 
 
 class Registry:
@@ -219,7 +213,7 @@ class Registry:
         except (KeyError, TypeError):
             names = sorted(self._entries)
             raise RegistryError(
-                f"unknown {self._what} {name!r}; registered: {', '.join(names)}{_closest(str(name), names)}"
+                f"unknown {self._what} {name!r}; registered: {', '.join(names)}{did_you_mean(str(name), names)}"
             ) from None
 
     def names(self, pattern: str = "*", *, kind: Kind | None = None) -> list[str]:
@@ -244,7 +238,7 @@ class Registry:
                     listed = ", ".join(known) if known else "none"
                     raise RegistryError(
                         f"{self._what} {name!r} has no option {key!r}; its options are: {listed}"
-                        f"{_closest(key, known)}"
+                        f"{did_you_mean(key, known)}"
                     )
         return info.factory(**kwargs)
 

@@ -1,0 +1,212 @@
+"""U-Net (2D/3D), the smp adapter, DCGAN and build_model, with every registered upsampler."""
+
+from __future__ import annotations
+
+import pytest
+import segmentation_models_pytorch as smp
+import torch
+
+from upzoo import ConfigError, RegistryError, ShapeError, UNet, build_model, list_upsamplers
+from upzoo.models import DCGAN_TRANSPOSED_OPTIONS, DCGANDiscriminator, DCGANGenerator, plan_strides, smp_unet
+from upzoo.models.encoders import load_encoder_weights
+from upzoo.registry import upsampler_info
+
+UPSAMPLERS_2D = list_upsamplers(kind="upsampler")
+UPSAMPLERS_3D = [n for n in UPSAMPLERS_2D if 3 in upsampler_info(n).spatial_dims]
+SMALL = dict(channels=(4, 8, 16), norm="group")
+
+
+def _backward_reaches_every_parameter(model, out):
+    (out * torch.randn_like(out)).sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert not missing, f"no gradient for {missing[:5]}"
+
+
+@pytest.mark.parametrize("upsampler", UPSAMPLERS_2D)
+@pytest.mark.parametrize("size", [(32, 48), (35, 53)])
+def test_unet_2d_output_matches_input_size(upsampler, size):
+    net = UNet(spatial_dims=2, in_channels=3, num_classes=5, upsampler=upsampler, **SMALL)
+    x = torch.randn(2, 3, *size)
+    out = net(x)
+    assert out.shape == (2, 5, *size)
+    _backward_reaches_every_parameter(net, out)
+
+
+@pytest.mark.parametrize("upsampler", UPSAMPLERS_3D)
+def test_unet_3d_anisotropic_output_matches_awkward_volume(upsampler):
+    strides = plan_strides((5.0, 0.8, 0.8), (16, 64, 64), max_stages=2)
+    assert strides == [(1, 2, 2), (1, 2, 2)]
+    net = UNet(spatial_dims=3, in_channels=1, num_classes=3, strides=strides, upsampler=upsampler, **SMALL)
+    assert net.size_multiple == (1, 4, 4)
+    x = torch.randn(1, 1, 7, 29, 22)
+    out = net(x)
+    assert out.shape == (1, 3, 7, 29, 22)
+    _backward_reaches_every_parameter(net, out)
+    scales = [stage.upsample.scale for stage in net.decoder]
+    assert scales == [(1, 2, 2), (1, 2, 2)]
+
+
+def test_unet_at_the_sizes_of_the_issue():
+    net2 = UNet(spatial_dims=2, in_channels=3, num_classes=4, channels=(4, 8, 8, 8, 8), norm="none")
+    assert net2(torch.randn(1, 3, 350, 525)).shape == (1, 4, 350, 525)
+    net3 = UNet(spatial_dims=3, in_channels=1, num_classes=2, channels=(2, 4, 4), norm="none",
+                strides=[(1, 2, 2), (2, 2, 2)])
+    assert net3(torch.randn(1, 1, 37, 131, 97)).shape == (1, 2, 37, 131, 97)
+
+
+def test_strict_policy_names_the_nearest_valid_sizes():
+    net = UNet(spatial_dims=2, in_channels=3, num_classes=2, input_policy="strict", **SMALL)
+    assert net(torch.randn(1, 3, 32, 36)).shape == (1, 2, 32, 36)
+    with pytest.raises(ShapeError, match=r"axis 0: 35 -> 32 or 36; axis 1: 53 -> 52 or 56"):
+        net(torch.randn(1, 3, 35, 53))
+
+
+def test_mixed_upsamplers_per_stage_and_post_filter():
+    net = UNet(spatial_dims=2, in_channels=3, num_classes=2, upsampler=["pixel_shuffle", "dysample"],
+               upsampler_options=[{"icnr": False}, None], post_filter="masked_blur",
+               post_filter_options={"threshold": 0.0}, **SMALL)
+    assert [type(s.upsample).__name__ for s in net.decoder] == ["PixelShuffleUpsampler", "DySampleUpsampler"]
+    assert net.decoder[0].upsample.icnr is False
+    assert net(torch.randn(1, 3, 20, 20)).shape == (1, 2, 20, 20)
+    with pytest.raises(ConfigError, match=r"upsampler as a list needs one entry per decoder stage \(2\), got 3"):
+        UNet(spatial_dims=2, in_channels=3, num_classes=2, upsampler=["transposed"] * 3, **SMALL)
+
+
+def test_checkpointing_gives_the_same_outputs_and_gradients():
+    torch.manual_seed(1)
+    plain = UNet(spatial_dims=2, in_channels=3, num_classes=3, **SMALL)
+    ckpt = UNet(spatial_dims=2, in_channels=3, num_classes=3, checkpointing=True, **SMALL)
+    ckpt.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 3, 24, 24)
+    a, b = plain(x), ckpt(x)
+    torch.testing.assert_close(a, b)
+    a.sum().backward()
+    b.sum().backward()
+    for (name, p), q in zip(plain.named_parameters(), ckpt.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
+def test_channels_last_and_deep_supervision():
+    net = UNet(spatial_dims=2, in_channels=3, num_classes=3, deep_supervision=True, **SMALL).eval()
+    x = torch.randn(2, 3, 21, 30)
+    torch.testing.assert_close(net(x.to(memory_format=torch.channels_last)), net(x), rtol=1e-4, atol=1e-5)
+    net.train()
+    main, *aux = net(x)
+    assert main.shape == (2, 3, 21, 30)
+    assert [tuple(a.shape[2:]) for a in aux] == [(11, 15)]  # the deeper of the two decoder stages
+
+
+@pytest.mark.parametrize("encoder", ["resnet18", "tu-resnet18"])
+def test_pretrained_style_encoders_and_local_weights(encoder, tmp_path):
+    net = UNet(spatial_dims=2, in_channels=3, num_classes=4, encoder=encoder, upsampler="interp_conv")
+    assert net.size_multiple == (32, 32)
+    assert net(torch.randn(1, 3, 70, 45)).shape == (1, 4, 70, 45)
+    path = tmp_path / "encoder.pt"
+    torch.save(net.encoder.encoder.state_dict(), path)
+    other = UNet(spatial_dims=2, in_channels=3, num_classes=4, encoder=encoder, encoder_weights=str(path))
+    for (name, p), q in zip(net.encoder.state_dict().items(), other.encoder.state_dict().values()):
+        assert torch.equal(p, q), name
+
+
+def test_encoder_errors():
+    with pytest.raises(RegistryError, match="unknown encoder 'resnet343'.*did you mean 'resnet34'"):
+        UNet(spatial_dims=2, in_channels=3, num_classes=2, encoder="resnet343")
+    with pytest.raises(ConfigError, match="encoder 'resnet18' is 2D only"):
+        UNet(spatial_dims=3, in_channels=1, num_classes=2, encoder="resnet18")
+    with pytest.raises(ConfigError, match="does not exist"):
+        UNet(spatial_dims=2, in_channels=3, num_classes=2, encoder="resnet18", encoder_weights="/no/such/file.pt")
+    with pytest.raises(ConfigError, match=r"strides needs one entry per stage after the first \(2"):
+        UNet(spatial_dims=2, in_channels=3, num_classes=2, channels=(4, 8, 16), strides=[2])
+
+
+def test_encoder_weights_of_another_architecture_are_refused(tmp_path):
+    path = tmp_path / "resnet34.pt"
+    torch.save(smp.encoders.get_encoder("resnet34", weights=None).state_dict(), path)
+    encoder = smp.encoders.get_encoder("resnet18", weights=None)
+    with pytest.raises(ConfigError, match="has extra tensors for this encoder"):  # resnet34 has more blocks
+        load_encoder_weights(encoder, path)
+    state = encoder.state_dict()
+    state["conv1.weight"] = torch.zeros(3, 3, 3, 3)
+    torch.save(state, tmp_path / "bad_shape.pt")
+    with pytest.raises(ConfigError, match="has wrongly shaped tensors.*conv1.weight"):
+        load_encoder_weights(encoder, tmp_path / "bad_shape.pt")
+    torch.save({"conv.weight": torch.zeros(1)}, tmp_path / "other.pt")
+    with pytest.raises(ConfigError, match="lacks"):
+        load_encoder_weights(encoder, tmp_path / "other.pt")
+
+
+# -- smp adapter -------------------------------------------------------------------------------------
+def test_smp_adapter_with_nearest_interpolation_equals_smp_unet():
+    torch.manual_seed(0)
+    reference = smp.Unet("resnet18", encoder_weights=None, classes=3).eval()
+    ours = smp_unet("resnet18", upsampler="interpolate", upsampler_options={"mode": "nearest"}, classes=3).eval()
+    assert ours.load_state_dict(reference.state_dict(), strict=True)  # same parameter names
+    x = torch.randn(2, 3, 64, 96)
+    torch.testing.assert_close(ours(x), reference(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("upsampler", UPSAMPLERS_2D)
+def test_smp_adapter_accepts_every_upsampler(upsampler):
+    net = smp_unet("resnet18", upsampler=upsampler, classes=2)
+    out = net(torch.randn(1, 3, 64, 64))
+    assert out.shape == (1, 2, 64, 64)
+    _backward_reaches_every_parameter(net, out)
+
+
+# -- GAN ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("upsampler", UPSAMPLERS_2D)
+@pytest.mark.parametrize("resolution", [32, 64])
+def test_generator_with_every_upsampler(upsampler, resolution):
+    if upsampler == "interpolate":  # the generator halves channels at every stage
+        with pytest.raises(ConfigError, match="interpolate keeps the channel count"):
+            DCGANGenerator(16, 3, resolution, upsampler=upsampler, base_channels=8)
+        return
+    g = DCGANGenerator(16, 3, resolution, upsampler=upsampler, base_channels=8)
+    x = g(torch.randn(3, 16))
+    assert x.shape == (3, 3, resolution, resolution)
+    assert x.min() >= -1 and x.max() <= 1
+    _backward_reaches_every_parameter(g, x)
+
+
+def test_classic_dcgan_and_discriminator_at_128_with_masked_blur():
+    g = DCGANGenerator.classic(32, 3, 128, base_channels=8, post_filter="masked_blur",
+                               post_filter_options={"threshold": 0.5})
+    assert g.stages[0][0].kernel_size == (4, 4) and g.stages[0][0].padding == (1, 1)
+    d = DCGANDiscriminator(3, 128, base_channels=8)
+    x = g(torch.randn(2, 32, 1, 1))
+    assert x.shape == (2, 3, 128, 128) and d(x).shape == (2,)
+    with pytest.raises(ShapeError, match="expects 128x128 images, got 64x64"):
+        d(torch.randn(2, 3, 64, 64))
+    with pytest.raises(ShapeError, match=r"expects latents \(B, 32\)"):
+        g(torch.randn(2, 31))
+    with pytest.raises(ConfigError, match="power of two"):
+        DCGANGenerator(8, 3, 48)
+    assert DCGAN_TRANSPOSED_OPTIONS == {"kernel_size": 4, "padding": 1}
+
+
+# -- planning and the factory ------------------------------------------------------------------------
+@pytest.mark.parametrize("spacing, patch, expected", [
+    ((5.0, 0.8, 0.8), (32, 128, 128), [(1, 2, 2), (1, 2, 2), (2, 2, 2), (2, 2, 2)]),
+    ((1.0, 1.0, 1.0), (64, 64, 64), [(2, 2, 2)] * 3),
+    ((2.0, 2.0, 2.0), (91, 109, 91), [(2, 2, 2)] * 3),  # MNI152 at 2 mm
+    ((3.0, 0.7, 0.7), (16, 160, 160), [(1, 2, 2), (1, 2, 2), (2, 2, 2), (1, 2, 2)]),
+    ((1.0, 1.0), (512, 1024), [(2, 2)] * 5),
+])
+def test_plan_strides_on_known_spacings(spacing, patch, expected):
+    assert plan_strides(spacing, patch) == expected
+
+
+def test_build_model_validates_the_spec():
+    net = build_model({"architecture": "unet", "spatial_dims": 3, "in_channels": 1, "num_classes": 2,
+                       "channels": [4, 8], "strides": [[1, 2, 2]]})
+    assert net.size_multiple == (1, 2, 2)
+    assert isinstance(build_model({"architecture": "dcgan", "latent_dim": 8, "out_channels": 3, "resolution": 32}),
+                      DCGANGenerator)
+    with pytest.raises(ConfigError, match=r"model.upsamplr: unknown key.*did you mean 'upsampler'\?"):
+        build_model({"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2, "upsamplr": "x"})
+    with pytest.raises(ConfigError, match="model.num_classes: expected int, got '4' \\(str\\)"):
+        build_model({"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": "4"})
+    with pytest.raises(ConfigError, match="model: missing required key\\(s\\): num_classes"):
+        build_model({"architecture": "unet", "spatial_dims": 2, "in_channels": 3})
+    with pytest.raises(ConfigError, match="model.architecture: .*did you mean 'dcgan'"):
+        build_model({"architecture": "dcgann"})

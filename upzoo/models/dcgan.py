@@ -1,0 +1,118 @@
+"""DCGAN generator (every x2 stage a registered upsampler) and the matching discriminator."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from upzoo.errors import ConfigError, ShapeError
+from upzoo.layers import check_input_shape, check_positive_int
+from upzoo.registry import create_upsampler
+
+__all__ = ["DCGANGenerator", "DCGANDiscriminator", "DCGAN_TRANSPOSED_OPTIONS"]
+
+#: Options that make the ``transposed`` block the classic DCGAN stage: kernel 4, stride 2, padding 1.
+DCGAN_TRANSPOSED_OPTIONS: dict[str, Any] = {"kernel_size": 4, "padding": 1}
+
+
+def _stages(resolution: int) -> int:
+    if not isinstance(resolution, int) or resolution < 8 or resolution & (resolution - 1):
+        raise ConfigError(f"resolution must be a power of two >= 8 (32, 64, 128, ...), got {resolution!r}")
+    return int(math.log2(resolution)) - 2
+
+
+class DCGANGenerator(nn.Module):
+    """``z (B, latent_dim) or (B, latent_dim, 1, 1) -> image (B, out_channels, R, R)`` in [-1, 1].
+
+    A linear projection to ``(C0, 4, 4)``, then ``log2(R / 4)`` stages, each a registered upsampler
+    (x2, channels halved) -> BatchNorm -> ReLU; the last stage maps to ``out_channels`` -> tanh, then
+    the optional post-filter (e.g. ``masked_blur``). ``C0 = base_channels * 2 ** (stages - 1)``.
+
+    Use ``upsampler="transposed", upsampler_options=DCGAN_TRANSPOSED_OPTIONS`` (or
+    :meth:`classic`) for the original DCGAN stage.
+    """
+
+    def __init__(
+        self,
+        latent_dim: int,
+        out_channels: int,
+        resolution: int,
+        *,
+        upsampler: str = "interp_conv",
+        upsampler_options: dict[str, Any] | None = None,
+        post_filter: str | None = None,
+        post_filter_options: dict[str, Any] | None = None,
+        base_channels: int = 64,
+    ) -> None:
+        super().__init__()
+        self.latent_dim = check_positive_int(latent_dim, "latent_dim")
+        self.out_channels = check_positive_int(out_channels, "out_channels")
+        self.resolution = resolution
+        n = _stages(resolution)
+        channels = [check_positive_int(base_channels, "base_channels") * 2 ** (n - 1 - i) for i in range(n)]
+        self.project = nn.Sequential(
+            nn.Linear(self.latent_dim, channels[0] * 16, bias=False),
+            nn.Unflatten(1, (channels[0], 4, 4)),
+            nn.BatchNorm2d(channels[0]),
+            nn.ReLU(inplace=True),
+        )
+        options = dict(upsampler_options or {})
+        stages: list[nn.Module] = []
+        for i in range(n):
+            last = i == n - 1
+            c_in, c_out = channels[i], out_channels if last else channels[i + 1]
+            up = create_upsampler(upsampler, spatial_dims=2, in_channels=c_in, out_channels=c_out, scale=2, **options)
+            stages.append(nn.Sequential(up, nn.Tanh()) if last else nn.Sequential(up, nn.BatchNorm2d(c_out), nn.ReLU(True)))
+        self.stages = nn.Sequential(*stages)
+        self.post_filter = (
+            create_upsampler(post_filter, spatial_dims=2, in_channels=out_channels, out_channels=out_channels, scale=1,
+                             **(post_filter_options or {}))
+            if post_filter else None
+        )
+
+    @classmethod
+    def classic(cls, latent_dim: int = 100, out_channels: int = 3, resolution: int = 64, **kwargs: Any) -> "DCGANGenerator":
+        """The original DCGAN generator: transposed convs with kernel 4, stride 2, padding 1."""
+        return cls(latent_dim, out_channels, resolution, upsampler="transposed",
+                   upsampler_options=DCGAN_TRANSPOSED_OPTIONS, **kwargs)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        if z.ndim == 4 and z.shape[2:] == (1, 1):
+            z = z.flatten(1)
+        if z.ndim != 2 or z.shape[1] != self.latent_dim:
+            raise ShapeError(
+                f"DCGANGenerator expects latents (B, {self.latent_dim}) or (B, {self.latent_dim}, 1, 1), "
+                f"got {tuple(z.shape)}"
+            )
+        x = self.stages(self.project(z))
+        return self.post_filter(x) if self.post_filter is not None else x
+
+
+class DCGANDiscriminator(nn.Module):
+    """``image (B, in_channels, R, R) -> logits (B,)``: strided 4x4 convs (x1/2 each), BatchNorm
+    (not on the first), LeakyReLU(0.2), down to 4x4, then a 4x4 conv to one logit."""
+
+    def __init__(self, in_channels: int, resolution: int, *, base_channels: int = 64) -> None:
+        super().__init__()
+        self.in_channels = check_positive_int(in_channels, "in_channels")
+        self.resolution = resolution
+        n = _stages(resolution)
+        layers: list[nn.Module] = [nn.Conv2d(in_channels, base_channels, 4, 2, 1), nn.LeakyReLU(0.2, inplace=True)]
+        c = base_channels
+        for _ in range(n - 1):
+            layers += [nn.Conv2d(c, 2 * c, 4, 2, 1, bias=False), nn.BatchNorm2d(2 * c), nn.LeakyReLU(0.2, inplace=True)]
+            c *= 2
+        layers.append(nn.Conv2d(c, 1, 4, 1, 0))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = check_input_shape(x.shape, spatial_dims=2, channels=self.in_channels, owner="DCGANDiscriminator")
+        if shape[2:] != (self.resolution, self.resolution):
+            raise ShapeError(
+                f"DCGANDiscriminator expects {self.resolution}x{self.resolution} images, got {shape[2]}x{shape[3]}; "
+                f"resize the images or build it with resolution={shape[2]}"
+            )
+        return self.net(x).flatten()

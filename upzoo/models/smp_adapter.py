@@ -1,0 +1,84 @@
+"""segmentation-models-pytorch's ``Unet`` with its decoder upsampling replaced by a registered block."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from upzoo.errors import ConfigError, ShapeError
+from upzoo.registry import create_upsampler
+
+__all__ = ["smp_unet", "UpsamplerUnetDecoderBlock"]
+
+
+class UpsamplerUnetDecoderBlock(nn.Module):
+    """smp's ``UnetDecoderBlock`` with ``F.interpolate`` replaced by ``upsample`` (a registered block).
+
+    Keeps smp's submodule names (``conv1``, ``attention1``, ``conv2``, ``attention2``) so smp
+    checkpoints load into it; the upsampler adds ``upsample.*``.
+    """
+
+    def __init__(self, block: nn.Module, upsample: nn.Module) -> None:
+        super().__init__()
+        self.upsample = upsample
+        self.conv1, self.attention1 = block.conv1, block.attention1
+        self.conv2, self.attention2 = block.conv2, block.attention2
+
+    def forward(
+        self, feature_map: torch.Tensor, target_height: int, target_width: int, skip_connection: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = self.upsample(feature_map)
+        if tuple(x.shape[2:]) != (target_height, target_width):
+            raise ShapeError(
+                f"upsampled decoder feature {tuple(x.shape[2:])} does not match the skip size "
+                f"{(target_height, target_width)}; use input sizes divisible by the encoder's output stride"
+            )
+        if skip_connection is not None:
+            x = self.attention1(torch.cat([x, skip_connection], dim=1))
+        return self.attention2(self.conv2(self.conv1(x)))
+
+
+def smp_unet(
+    encoder_name: str = "resnet34",
+    *,
+    upsampler: str = "interpolate",
+    upsampler_options: dict[str, Any] | None = None,
+    classes: int = 1,
+    in_channels: int = 3,
+    **smp_kwargs: Any,
+) -> nn.Module:
+    """An ``smp.Unet`` whose decoder blocks upsample with a registered block (x2 each).
+
+    Each upsampler keeps the channel count, so smp's decoder convolutions are unchanged; with
+    ``upsampler="interpolate"`` and ``mode="nearest"`` the model computes exactly what ``smp.Unet``
+    computes with the same weights. ``encoder_weights`` defaults to ``None``: nothing is downloaded.
+
+    >>> net = smp_unet("resnet18", upsampler="pixel_shuffle", classes=3)  # doctest: +SKIP
+
+    Raises:
+        ConfigError: ``encoder_weights`` other than None (load local weights into ``net.encoder``).
+    """
+    import segmentation_models_pytorch as smp
+
+    weights = smp_kwargs.pop("encoder_weights", None)
+    if weights is not None:
+        raise ConfigError(
+            "smp_unet never downloads weights: pass encoder_weights=None and load a local file with "
+            "upzoo.models.encoders.load_encoder_weights(net.encoder, path)"
+        )
+    model = smp.Unet(encoder_name, encoder_weights=None, classes=classes, in_channels=in_channels, **smp_kwargs)
+    options = dict(upsampler_options or {})
+    blocks = model.decoder.blocks
+    for i, block in enumerate(blocks):
+        channels = block.conv1[0].in_channels - _skip_channels(model, i)
+        up = create_upsampler(upsampler, spatial_dims=2, in_channels=channels, out_channels=channels, scale=2, **options)
+        blocks[i] = UpsamplerUnetDecoderBlock(block, up)
+    return model
+
+
+def _skip_channels(model: nn.Module, index: int) -> int:
+    encoder_channels = list(model.encoder.out_channels[1:])[::-1]
+    skips = encoder_channels[1:] + [0]
+    return skips[index] if index < len(skips) else 0

@@ -1,0 +1,237 @@
+"""U-Net for 2D images and 3D volumes, every decoder stage a registered upsampler."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from upzoo.errors import ConfigError, ShapeError
+from upzoo.layers import check_input_shape, conv_nd
+from upzoo.models.blocks import DoubleConv
+from upzoo.models.encoders import Encoder, create_encoder, stage_scales
+from upzoo.registry import create_upsampler
+
+__all__ = ["UNet", "DecoderStage", "nearest_valid_sizes"]
+
+InputPolicy = Literal["pad", "strict"]
+SMP_DECODER_CHANNELS = (256, 128, 64, 32, 16)
+
+
+def nearest_valid_sizes(size: int, multiple: int) -> tuple[int, int]:
+    """The valid sizes (multiples of ``multiple``, at least ``multiple``) at or below and at or above ``size``."""
+    below = max(multiple, size // multiple * multiple)
+    above = max(multiple, -(-size // multiple) * multiple)
+    return below, above
+
+
+class DecoderStage(nn.Module):
+    """Upsample (a registered block) -> concatenate the skip (if any) -> two conv-norm-act layers.
+
+    ``(B, C_in, *S), skip (B, C_skip, *S * scale) -> (B, C_out, *S * scale)``. The upsampler keeps
+    the channel count, so every upsampler is compared inside the same decoder convolutions.
+    """
+
+    def __init__(
+        self,
+        spatial_dims: int,
+        in_channels: int,
+        skip_channels: int,
+        out_channels: int,
+        *,
+        scale: tuple[int, ...],
+        upsampler: str,
+        upsampler_options: dict[str, Any],
+        norm: str,
+        act: str,
+    ) -> None:
+        super().__init__()
+        self.upsample = create_upsampler(
+            upsampler, spatial_dims=spatial_dims, in_channels=in_channels, out_channels=in_channels, scale=scale,
+            **upsampler_options,
+        )
+        self.conv = DoubleConv(spatial_dims, in_channels + skip_channels, out_channels, norm=norm, act=act)
+
+    def forward(self, x: torch.Tensor, skip: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.upsample(x)
+        if skip is not None:
+            x = torch.cat([x, skip], dim=1)
+        return self.conv(x)
+
+
+def _per_stage(value: Any, n: int, name: str, default: Any) -> list[Any]:
+    if value is None:
+        return [default] * n
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ConfigError(f"{name} as a list needs one entry per decoder stage ({n}), got {len(value)}")
+        return [default if v is None else v for v in value]
+    return [value] * n
+
+
+class UNet(nn.Module):
+    """U-Net: encoder -> decoder of :class:`DecoderStage` -> 1x1 head (-> optional post-filter).
+
+    ``(B, in_channels, *S) -> (B, num_classes, *S)`` for any ``S``: with ``input_policy="pad"`` the
+    input is zero-padded at the end of each axis to the next multiple of the encoder's total
+    reduction and the output cropped back; ``"strict"`` raises :class:`ShapeError` naming the nearest
+    valid sizes.
+
+    Args:
+        spatial_dims: 2 or 3.
+        in_channels, num_classes: input channels and output classes.
+        encoder: ``"plain"`` (2D/3D), a segmentation-models-pytorch encoder name (``"resnet34"``) or
+            ``"tu-<timm model>"`` (2D).
+        encoder_weights: ``None`` (random init, default) or a local state-dict file; never downloaded.
+        encoder_depth: stages of an smp/timm encoder.
+        channels, strides: the plain encoder's stage channels and per-stage (per-axis) strides,
+            e.g. from :func:`~upzoo.models.plan_strides`; the decoder mirrors the strides.
+        upsampler, upsampler_options: a registered block name and its options, or one per decoder
+            stage (deepest first).
+        decoder_channels: output channels of each decoder stage (deepest first).
+        post_filter, post_filter_options: a registered post-filter (e.g. ``masked_blur``) on the output.
+        norm, act: normalisation and activation of the conv blocks.
+        checkpointing: gradient checkpointing per encoder and decoder stage while training.
+        deep_supervision: extra 1x1 heads on the decoder stages; in training mode ``forward`` returns
+            ``[main, aux_1, ...]`` (aux outputs at their own, lower resolution), in eval mode ``main``.
+
+    Raises:
+        ConfigError / RegistryError: inconsistent options, unknown encoder or upsampler names.
+
+    >>> net = UNet(spatial_dims=3, in_channels=1, num_classes=3, channels=(8, 16, 32),
+    ...            strides=[(1, 2, 2), (2, 2, 2)], upsampler="pixel_shuffle")
+    >>> net(torch.zeros(1, 1, 7, 30, 33)).shape
+    torch.Size([1, 3, 7, 30, 33])
+    """
+
+    def __init__(
+        self,
+        *,
+        spatial_dims: int,
+        in_channels: int,
+        num_classes: int,
+        encoder: str = "plain",
+        encoder_weights: str | None = None,
+        encoder_depth: int = 5,
+        channels: Sequence[int] | None = None,
+        strides: Sequence[int | Sequence[int]] | None = None,
+        upsampler: str | Sequence[str] = "transposed",
+        upsampler_options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+        decoder_channels: Sequence[int] | None = None,
+        post_filter: str | None = None,
+        post_filter_options: dict[str, Any] | None = None,
+        norm: str = "batch",
+        act: str = "relu",
+        input_policy: InputPolicy = "pad",
+        checkpointing: bool = False,
+        deep_supervision: bool = False,
+    ) -> None:
+        super().__init__()
+        if spatial_dims not in (2, 3):
+            raise ConfigError(f"UNet supports spatial_dims 2 or 3, got {spatial_dims!r}")
+        if input_policy not in ("pad", "strict"):
+            raise ConfigError(f"input_policy must be 'pad' or 'strict', got {input_policy!r}")
+        self.spatial_dims, self.in_channels, self.num_classes = spatial_dims, in_channels, num_classes
+        self.input_policy, self.checkpointing, self.deep_supervision = input_policy, checkpointing, deep_supervision
+        self.encoder: Encoder = create_encoder(
+            encoder, spatial_dims=spatial_dims, in_channels=in_channels, channels=channels, strides=strides,
+            depth=encoder_depth, weights=encoder_weights, norm=norm, act=act,
+        )
+        self.size_multiple: tuple[int, ...] = self.encoder.reductions[-1]
+
+        scales = stage_scales(self.encoder)  # deepest first
+        skips = self.encoder.channels[::-1][1:]
+        first = self.encoder.reductions[0]
+        if any(r > 1 for r in first):  # smp/timm encoders start at stride 2: one more stage, no skip
+            scales.append(first)
+            skips.append(0)
+        n = len(scales)
+        if decoder_channels is None:  # mirror the plain encoder; smp's defaults for smp/timm encoders
+            decoder_channels = skips if encoder == "plain" else list(SMP_DECODER_CHANNELS[:n])
+        if len(decoder_channels) != n:
+            raise ConfigError(f"decoder_channels needs {n} entries (one per decoder stage), got {list(decoder_channels)}")
+        names = _per_stage(upsampler, n, "upsampler", "transposed")
+        if isinstance(upsampler_options, dict) or upsampler_options is None:
+            options = [dict(upsampler_options or {}) for _ in range(n)]
+        else:
+            options = [dict(o or {}) for o in _per_stage(list(upsampler_options), n, "upsampler_options", {})]
+        ins = [self.encoder.channels[-1]] + list(decoder_channels[:-1])
+        self.decoder = nn.ModuleList(
+            DecoderStage(spatial_dims, i, s, o, scale=sc, upsampler=name, upsampler_options=opt, norm=norm, act=act)
+            for i, s, o, sc, name, opt in zip(ins, skips, decoder_channels, scales, names, options)
+        )
+        conv = conv_nd(spatial_dims)
+        self.head = conv(decoder_channels[-1], num_classes, kernel_size=1)
+        self.aux_heads = (
+            nn.ModuleList(conv(c, num_classes, kernel_size=1) for c in decoder_channels[:-1]) if deep_supervision else None
+        )
+        self.post_filter = (
+            create_upsampler(post_filter, spatial_dims=spatial_dims, in_channels=num_classes, out_channels=num_classes,
+                             scale=1, **(post_filter_options or {}))
+            if post_filter else None
+        )
+
+    # -- sizes -------------------------------------------------------------------------------------
+    def padded_size(self, spatial: Sequence[int]) -> tuple[int, ...]:
+        """The size the network runs at for input size ``spatial`` (raises in strict mode if invalid)."""
+        spatial = tuple(int(s) for s in spatial)
+        valid = all(s % m == 0 for s, m in zip(spatial, self.size_multiple))
+        if valid:
+            return spatial
+        if self.input_policy == "strict":
+            hints = []
+            for axis, (s, m) in enumerate(zip(spatial, self.size_multiple)):
+                if s % m:
+                    below, above = nearest_valid_sizes(s, m)
+                    hints.append(f"axis {axis}: {s} -> {below} or {above}")
+            raise ShapeError(
+                f"input size {spatial} is not a multiple of {self.size_multiple} per axis "
+                f"(input_policy='strict'); nearest valid sizes: {'; '.join(hints)}; pad/crop the input or use "
+                f"input_policy='pad'"
+            )
+        return tuple(-(-s // m) * m for s, m in zip(spatial, self.size_multiple))
+
+    # -- forward -----------------------------------------------------------------------------------
+    def _run(self, module: nn.Module, *args: torch.Tensor | None):
+        if self.checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(module, *args, use_reentrant=False)
+        return module(*args)
+
+    def _encode(self, x: torch.Tensor) -> list[torch.Tensor]:
+        stages = self.encoder.stages()
+        if stages is None:
+            return self._run(self.encoder, x)
+        features = []
+        for stage in stages:
+            x = self._run(stage, x)
+            features.append(x)
+        return features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+        check_input_shape(x.shape, spatial_dims=self.spatial_dims, channels=self.in_channels, owner="UNet")
+        spatial = tuple(x.shape[2:])
+        padded = self.padded_size(spatial)
+        if padded != spatial:
+            x = F.pad(x, [p for s, t in zip(reversed(spatial), reversed(padded)) for p in (0, t - s)])
+        features = self._encode(x)
+        y = features[-1]
+        skips = features[::-1][1:]
+        outputs = []
+        for i, stage in enumerate(self.decoder):
+            y = self._run(stage, y, skips[i] if i < len(skips) else None)
+            outputs.append(y)
+        out = self.head(y)
+        if self.post_filter is not None:
+            out = self.post_filter(out)
+        out = out[(slice(None), slice(None)) + tuple(slice(0, s) for s in spatial)]
+        if self.aux_heads is not None and self.training:
+            aux = []
+            for head, feature in zip(self.aux_heads, outputs[:-1]):
+                reduction = [p // f for p, f in zip(padded, feature.shape[2:])]
+                crop = tuple(slice(0, -(-s // r)) for s, r in zip(spatial, reduction))
+                aux.append(head(feature)[(slice(None), slice(None)) + crop])
+            return [out, *aux]
+        return out
