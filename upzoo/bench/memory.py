@@ -1,0 +1,70 @@
+"""Peak memory of a call. CUDA: the caching allocator's peak statistics. CPU: the process's resident
+set size sampled by a background thread every ``interval`` seconds, minus the RSS just before the
+call (free heap memory is returned to the OS first, so the baseline is honest)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+import psutil
+import torch
+
+__all__ = ["MemoryPeak", "peak_memory"]
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """Peak bytes a call added on top of what was allocated before it, and how it was measured."""
+
+    bytes: int
+    method: str
+
+    @property
+    def mib(self) -> float:
+        return self.bytes / 2**20
+
+
+def _release_free_heap() -> None:
+    name = ctypes.util.find_library("c")
+    if name:
+        try:
+            ctypes.CDLL(name).malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc
+            pass
+
+
+def peak_memory(fn: Callable[[], object], *, device: torch.device | str = "cpu", interval: float = 0.0005) -> MemoryPeak:
+    """Run ``fn()`` once and return the peak memory it added (see module docstring for the method)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return MemoryPeak(torch.cuda.max_memory_allocated(device) - before, "torch.cuda.max_memory_allocated")
+    process = psutil.Process()
+    _release_free_heap()
+    baseline = process.memory_info().rss
+    peak = baseline
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, process.memory_info().rss)
+            done.wait(interval)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        fn()
+    finally:
+        done.set()
+        sampler.join()
+    peak = max(peak, process.memory_info().rss)
+    return MemoryPeak(peak - baseline, f"CPU RSS sampled every {interval * 1e3:g} ms")
