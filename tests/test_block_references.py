@@ -46,7 +46,7 @@ def test_transposed_output_formula_matches_pytorch(kernel, stride, padding, outp
 
 
 def test_transposed_uneven_overlap_warns_and_dcgan_preset_does_not():
-    with pytest.warns(CheckerboardWarning, match=r"kernel_size=\(3, 3\) and stride=\(2, 2\)"):
+    with pytest.warns(CheckerboardWarning, match=r"kernel_size=\(3, 3\) and stride=\(2, 2\): kernels overlap unevenly"):
         create_upsampler("transposed", spatial_dims=2, in_channels=2, out_channels=2, scale=2, kernel_size=3,
                          padding=1, output_padding=1)
     with warnings.catch_warnings():

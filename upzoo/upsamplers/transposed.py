@@ -12,7 +12,7 @@ from upzoo.layers import conv_transpose_nd, to_ntuple
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
 
-__all__ = ["TransposedConvUpsampler", "CheckerboardWarning", "transposed_output_size"]
+__all__ = ["TransposedConvUpsampler", "CheckerboardWarning", "transposed_output_size", "overlap_counts"]
 
 
 class CheckerboardWarning(UserWarning):
@@ -31,6 +31,20 @@ def transposed_output_size(
     return (size - 1) * stride - 2 * padding + dilation * (kernel_size - 1) + output_padding + 1
 
 
+def overlap_counts(kernel_size: int, stride: int, dilation: int = 1) -> list[int]:
+    """How many kernel taps land on each output phase ``0..stride-1`` of a transposed conv (one axis).
+
+    Equal counts mean even overlap; unequal counts are the checkerboard pattern of Odena et al.
+
+    >>> overlap_counts(3, 2), overlap_counts(4, 2), overlap_counts(2, 2, dilation=2)
+    ([2, 1], [2, 2], [2, 0])
+    """
+    counts = [0] * stride
+    for tap in range(kernel_size):
+        counts[(tap * dilation) % stride] += 1
+    return counts
+
+
 @register_upsampler("transposed")
 class TransposedConvUpsampler(Upsampler):
     """Transposed convolution; by default kernel = stride = scale, so output = input x scale exactly.
@@ -41,8 +55,8 @@ class TransposedConvUpsampler(Upsampler):
 
     Args:
         kernel_size, padding, output_padding, dilation: int or per-axis tuple; ``kernel_size=None``
-            means ``scale``. A kernel that is not a multiple of the stride on some axis overlaps
-            unevenly and warns once (:class:`CheckerboardWarning`).
+            means ``scale``. Kernels that overlap unevenly on some axis (kernel not a multiple of
+            the stride, see :func:`overlap_counts`) warn once (:class:`CheckerboardWarning`).
         bias: add a learned bias.
 
     Raises:
@@ -78,12 +92,14 @@ class TransposedConvUpsampler(Upsampler):
                     f"output_padding must be smaller than max(stride, dilation) on every axis, got "
                     f"output_padding={self.output_padding} with stride={self.scale}, dilation={self.dilation}"
                 )
-        uneven = [a for a, (k, s) in enumerate(zip(self.kernel_size, self.scale)) if k % s]
+        uneven = [
+            a for a, (k, s, d) in enumerate(zip(self.kernel_size, self.scale, self.dilation))
+            if len(set(overlap_counts(k, s, d))) > 1
+        ]
         if uneven:
             warnings.warn(
-                f"transposed conv with kernel_size={self.kernel_size} and stride={self.scale}: the kernel is not "
-                f"a multiple of the stride on axis {uneven}, so kernels overlap unevenly (checkerboard risk); "
-                f"use kernel_size=scale or a multiple of it",
+                f"transposed conv with kernel_size={self.kernel_size} and stride={self.scale}: kernels overlap "
+                f"unevenly on axis {uneven} (checkerboard risk); use kernel_size=scale or a multiple of it",
                 CheckerboardWarning,
                 stacklevel=2,
             )

@@ -1,0 +1,115 @@
+"""The command line: outputs, --json, one-line errors with exit code 1, --help everywhere."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from upzoo.cli import cli, main
+
+RECIPE = """
+model:
+  architecture: unet
+  spatial_dims: 2
+  in_channels: 3
+  num_classes: 19
+  encoder: resnet18
+  upsampler: dysample
+"""
+
+
+@pytest.fixture
+def recipe(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(RECIPE)
+    return str(path)
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    """Run ``upzoo`` in-process through ``main`` (the console script), capturing its streams."""
+    runner = CliRunner()
+    result = runner.invoke(click.Command("wrapper", callback=lambda: main(list(args))), [], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _all_commands(group: click.Group, prefix=()):
+    for name, command in group.commands.items():
+        yield prefix + (name,)
+        if isinstance(command, click.Group):
+            yield from _all_commands(command, prefix + (name,))
+
+
+@pytest.mark.parametrize("command", [()] + list(_all_commands(cli)), ids=lambda c: " ".join(c) or "upzoo")
+def test_every_command_has_help(command):
+    code, out, _ = run(*command, "-h")
+    assert code == 0 and "Usage: upzoo" in out and "--help" in out
+
+
+def test_list_table_and_json():
+    code, out, _ = run("list")
+    assert code == 0 and "| pixel_shuffle | upsampler | 2D/3D |" in out and "| carafe | upsampler | 2D |" in out
+    rows = json.loads(run("list", "*blur*", "--json")[1])
+    assert [r["name"] for r in rows] == ["masked_blur"] and rows[0]["params"] == 0
+
+
+def test_unknown_pattern_is_a_one_line_error():
+    code, out, err = run("list", "nothing*")
+    assert code == 1 and out == "" and err.count("\n") == 1 and err.startswith("error: no block matches")
+
+
+def test_shapes_block_and_solve():
+    code, out, _ = run("shapes", "block", "transposed", "--scale", "1,2,2", "--input", "1x32x16x33x47")
+    assert code == 0 and out.strip() == "transposed: 1x32x16x33x47 -> 1x32x16x66x94 (scale 1x2x2)"
+    data = json.loads(run("shapes", "block", "pixel_shuffle", "--scale", "2,3", "--input", "2x4x5x7",
+                          "--out-channels", "8", "--json")[1])
+    assert data["output"] == [2, 8, 10, 21]
+    solutions = json.loads(run("shapes", "solve", "--in", "33", "--out", "66", "--stride", "2", "--json")[1])
+    assert solutions[0] == {"kernel_size": 2, "padding": 0, "output_padding": 0, "dilation": 1, "uneven_overlap": False}
+    code, out, _ = run("shapes", "solve", "--in", "33", "--scale", "2", "--stride", "2")
+    assert "| 3 | 1 | 1 | 1 | yes (uneven overlap) |" in out
+
+
+def test_shapes_model_and_check(recipe):
+    code, out, _ = run("shapes", "model", recipe, "--input", "1x3x512x1024")
+    assert code == 0 and "| head | Conv2d | 1x19x512x1024 | 323 |" in out
+    assert "DySampleUpsampler" in out
+    result = json.loads(run("shapes", "check", recipe, "--size", "350x525", "--json")[1])
+    assert result["path"] == "analytic" and result["rules"] == ["multiples of 32", "multiples of 32"]
+    assert result["axes"][0] == {"axis": 0, "size": 350, "valid": False, "below": 320, "above": 352, "padding": 2}
+    result = json.loads(run("shapes", "check", recipe, "--range", "256:2048", "--json")[1])
+    assert result["valid_sizes"][:3] == [256, 288, 320] and len(result["valid_sizes"]) == 57
+
+
+@pytest.mark.parametrize("args, message", [
+    (("shapes", "block", "transposed", "--input", "1x3xAx4"), "--input must look like 1x3x512x1024"),
+    (("shapes", "block", "transposd", "--input", "1x3x4x4"), "did you mean 'transposed'"),
+    (("shapes", "block", "transposed", "--input", "1x3x4x4", "--scale", "1.5"), "--scale must be an int"),
+    (("shapes", "solve", "--in", "33", "--stride", "2"), "give exactly one of out_size and scale"),
+    (("shapes", "solve", "--in", "4", "--out", "1000", "--stride", "2"), "no transposed conv with stride 2"),
+])
+def test_bad_input_gives_one_line_errors(args, message):
+    code, out, err = run(*args)
+    assert code == 1 and message in err and err.count("\n") == 1, err
+
+
+def test_shapes_errors_for_recipes(recipe, tmp_path):
+    code, _, err = run("shapes", "model", recipe, "--input", "1x4x64x64")
+    assert code == 1 and "expects 3 input channels" in err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  architecture: unet\n  spatial_dims: 2\n  in_channels: 3\n  num_clases: 2\n")
+    code, _, err = run("shapes", "check", str(bad), "--size", "64x64")
+    assert code == 1 and "model.num_clases: unknown key" in err and "did you mean 'num_classes'" in err
+    code, _, err = run("shapes", "check", str(tmp_path / "missing.yaml"), "--size", "64x64")
+    assert code == 2 and "does not exist" in err  # click's own usage error
+
+
+def test_the_console_script_runs_as_a_module():
+    result = subprocess.run([sys.executable, "-m", "upzoo", "shapes", "block", "nope", "--input", "1x1x4x4"],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.startswith("error: unknown upsampler 'nope'")
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,1 @@
+"""Training: recipes, the segmentation and GAN loops, checkpoints, distributed helpers."""

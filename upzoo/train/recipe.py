@@ -1,0 +1,190 @@
+"""Recipes: YAML files with ``model``, ``data``, ``train`` (and ``eval``) sections, validated once at
+load time into typed objects. ``--set train.lr=0.01`` overrides apply before validation."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+import yaml
+
+from upzoo.config import from_dict
+from upzoo.errors import ConfigError, did_you_mean
+from upzoo.models.factory import ModelSpec
+
+__all__ = ["Recipe", "DataConfig", "TrainConfig", "EvalConfig", "load_recipe", "apply_overrides", "parse_recipe"]
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the data comes from and how it is batched and augmented.
+
+    ``kind``: ``cityscapes`` (Cityscapes layout), ``volumes`` (NIfTI/.npy folders or a decathlon
+    ``dataset.json``) or ``images`` (any folder of images, for GANs). ``root: null`` uses the
+    embedded synthetic set of that kind, generated once into ``cache_dir``.
+    """
+
+    kind: Literal["cityscapes", "volumes", "images"] = "cityscapes"
+    root: str | None = None
+    cache_dir: str | None = None
+    train_split: str = "train"
+    val_split: str = "val"
+    synthetic_train: int = 64
+    synthetic_val: int = 16
+    synthetic_size: Sequence[int] = (256, 512)
+    synthetic_spacing: Sequence[float] = (5.0, 0.8, 0.8)
+    synthetic_seed: int = 0
+    crop_size: Sequence[int] | None = None
+    resize: Sequence[int] | None = None
+    augment: bool = True
+    normalize: Literal["imagenet", "zscore", "ct", "minmax", "none"] = "imagenet"
+    ct_window: Sequence[float] = (-1000.0, 1000.0)
+    foreground_ratio: float = 0.33
+    batch_size: int = 4
+    num_workers: int = 2
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to optimise: steps, optimiser, schedule, loss, precision, checkpoints, seed."""
+
+    epochs: int = 10
+    max_steps: int | None = None
+    optimizer: Literal["sgd", "adamw", "adam"] = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    momentum: float = 0.9
+    betas: Sequence[float] = (0.9, 0.999)
+    schedule: Literal["poly", "cosine", "constant"] = "poly"
+    warmup_steps: int = 0
+    loss: Literal["ce", "ce+dice"] = "ce"
+    ignore_index: int = 255
+    amp: Literal["none", "bf16", "fp16"] = "none"
+    channels_last: bool = False
+    grad_clip: float | None = None
+    seed: int = 0
+    deterministic: bool = False
+    val_every: int | None = None
+    log_every: int = 10
+    checkpoint_every: int | None = None
+    latent_dim: int = 100
+    discriminator_base_channels: int = 64
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation: sliding-window inference for volumes (patch, overlap) and the PNG grid size."""
+
+    sliding_window: bool = True
+    patch_size: Sequence[int] | None = None
+    overlap: float = 0.5
+    batch_size: int = 2
+    grid_samples: int = 4
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A validated recipe. ``task`` is ``gan`` for a ``dcgan`` model, else ``segmentation``."""
+
+    model: ModelSpec
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    source: str | None = None
+
+    @property
+    def task(self) -> Literal["segmentation", "gan"]:
+        return "gan" if self.model.architecture == "dcgan" else "segmentation"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved recipe as plain data (what a run folder's ``recipe.yaml`` holds)."""
+        return {
+            "model": self.model.to_dict(),
+            "data": _plain(asdict(self.data)),
+            "train": _plain(asdict(self.train)),
+            "eval": _plain(asdict(self.eval)),
+        }
+
+
+_SECTIONS = ("model", "data", "train", "eval")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``section.key=value`` overrides (values parsed as YAML) to a raw recipe mapping.
+
+    Raises:
+        ConfigError: an override without ``=`` or without a section.
+    """
+    data = copy.deepcopy(data)
+    for item in overrides:
+        path, sep, raw = item.partition("=")
+        keys = path.strip().split(".")
+        if not sep or len(keys) < 2 or not all(keys):
+            raise ConfigError(f"--set takes section.key=value (e.g. model.upsampler=pixel_shuffle), got {item!r}")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({exc.problem})") from None
+        node = data
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {key!r} is not a section")
+        node[keys[-1]] = value
+    return data
+
+
+def parse_recipe(data: Any, source: str | None = None) -> Recipe:
+    """Validate a raw recipe mapping into a :class:`Recipe`.
+
+    Raises:
+        ConfigError: unknown sections or keys (with their path and a did-you-mean), wrong types.
+    """
+    where = f"{source}: " if source else ""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}a recipe is a mapping with sections {', '.join(_SECTIONS)}, got {type(data).__name__}")
+    for key in data:
+        if key not in _SECTIONS:
+            raise ConfigError(f"{where}{key}: unknown section; sections: {', '.join(_SECTIONS)}{did_you_mean(key, _SECTIONS)}")
+    if "model" not in data:
+        raise ConfigError(f"{where}the recipe has no 'model' section")
+    try:
+        return Recipe(
+            model=ModelSpec.from_dict(data["model"], "model"),
+            data=from_dict(DataConfig, data.get("data") or {}, "data"),
+            train=from_dict(TrainConfig, data.get("train") or {}, "train"),
+            eval=from_dict(EvalConfig, data.get("eval") or {}, "eval"),
+            source=source,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from None
+
+
+def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
+    """Read a YAML recipe (safe loader), apply ``--set`` overrides, validate.
+
+    Raises:
+        ConfigError: missing file, invalid YAML, invalid content.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read recipe {str(path)!r}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}: invalid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    return parse_recipe(apply_overrides(data, overrides), source=str(path))
