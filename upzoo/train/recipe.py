@@ -23,7 +23,9 @@ class DataConfig:
 
     ``kind``: ``cityscapes`` (Cityscapes layout), ``volumes`` (NIfTI/.npy folders or a decathlon
     ``dataset.json``) or ``images`` (any folder of images, for GANs). ``root: null`` uses the
-    embedded synthetic set of that kind, generated once into ``cache_dir``.
+    embedded synthetic set of that kind, generated once into ``cache_dir`` (default
+    ``$UPZOO_CACHE`` or ``~/.cache/upzoo``); ``synthetic_size`` defaults to 256x512 images or
+    24x96x96 volumes.
     """
 
     kind: Literal["cityscapes", "volumes", "images"] = "cityscapes"
@@ -33,7 +35,7 @@ class DataConfig:
     val_split: str = "val"
     synthetic_train: int = 64
     synthetic_val: int = 16
-    synthetic_size: Sequence[int] = (256, 512)
+    synthetic_size: Sequence[int] | None = None
     synthetic_spacing: Sequence[float] = (5.0, 0.8, 0.8)
     synthetic_seed: int = 0
     crop_size: Sequence[int] | None = None

@@ -1,0 +1,82 @@
+"""Datasets for a recipe: the embedded synthetic sets by default, real folders when ``data.root`` is set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from upzoo.errors import ConfigError
+
+__all__ = ["DataBundle", "build_datasets"]
+
+IMAGE_SIZE = (256, 512)  # default size of the synthetic street scenes
+VOLUME_SIZE = (24, 96, 96)  # default size of the synthetic volumes
+
+
+@dataclass
+class DataBundle:
+    """The train and validation datasets and what the loops need to know about them."""
+
+    train: Dataset
+    val: Dataset | None
+    root: Path
+    num_classes: int | None = None
+    class_names: list[str] | None = None
+    ignore_index: int = 255
+    spacing: tuple[float, ...] | None = None
+
+
+def build_datasets(data: Any, *, task: str, resolution: int | None = None, num_classes: int | None = None) -> DataBundle:
+    """Datasets for ``data`` (a :class:`~upzoo.train.recipe.DataConfig`).
+
+    Raises:
+        ConfigError: a data kind that does not fit the task. DataError: problems with the files.
+    """
+    from upzoo.data import transforms as T
+    from upzoo.data.synthetic import ensure_synthetic_cityscapes, ensure_synthetic_volumes
+
+    if task == "gan":
+        from upzoo.data.images import ImageFolderDataset
+
+        if data.kind == "volumes":
+            raise ConfigError("data.kind 'volumes' does not fit a GAN recipe; use 'images' or 'cityscapes'")
+        if data.root is not None:
+            root = Path(data.root)
+            folder = root / "leftImg8bit" / data.train_split if data.kind == "cityscapes" else root
+        else:
+            root = ensure_synthetic_cityscapes(data.cache_dir, train=data.synthetic_train, val=data.synthetic_val,
+                                               size=data.synthetic_size or IMAGE_SIZE, seed=data.synthetic_seed)
+            folder = root / "leftImg8bit" / "train"
+        train = ImageFolderDataset(folder, T.gan_images(int(resolution), train=True, augment=data.augment))
+        return DataBundle(train=train, val=None, root=root)
+
+    if data.kind == "cityscapes":
+        from upzoo.data.cityscapes import CLASS_NAMES, IGNORE_INDEX, CityscapesDataset
+
+        root = Path(data.root) if data.root is not None else ensure_synthetic_cityscapes(
+            data.cache_dir, train=data.synthetic_train, val=data.synthetic_val, size=data.synthetic_size or IMAGE_SIZE,
+            seed=data.synthetic_seed)
+        train = CityscapesDataset(root, data.train_split, T.segmentation_2d(
+            data.crop_size, train=True, normalize=data.normalize, augment=data.augment, resize=data.resize))
+        val = CityscapesDataset(root, data.val_split, T.segmentation_2d(
+            None, train=False, normalize=data.normalize, resize=data.resize))
+        return DataBundle(train, val, root, len(CLASS_NAMES), list(CLASS_NAMES), IGNORE_INDEX)
+
+    if data.kind == "volumes":
+        from upzoo.data.volumes import VolumeDataset
+
+        root = Path(data.root) if data.root is not None else ensure_synthetic_volumes(
+            data.cache_dir, train=data.synthetic_train, val=data.synthetic_val, shape=data.synthetic_size or VOLUME_SIZE,
+            spacing=data.synthetic_spacing, seed=data.synthetic_seed)
+        normalize = data.normalize if data.normalize in ("zscore", "ct", "minmax", "none") else "zscore"
+        common = dict(normalize=normalize, ct_window=data.ct_window, seed=data.synthetic_seed)
+        train = VolumeDataset(root, "train", patch_size=data.crop_size, foreground_ratio=data.foreground_ratio,
+                              transform=T.volume_3d(train=True, augment=data.augment), **common)
+        val = VolumeDataset(root, "val", **common)
+        classes = train.num_classes or num_classes
+        return DataBundle(train, val, root, classes, train.class_names, 255, train.spacing(0))
+
+    raise ConfigError(f"data.kind {data.kind!r} does not fit a segmentation recipe; use 'cityscapes' or 'volumes'")

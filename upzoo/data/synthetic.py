@@ -1,0 +1,302 @@
+"""Deterministic, seeded synthetic data written in real on-disk layouts, so the same readers serve
+the embedded defaults and real datasets.
+
+* :func:`ensure_synthetic_cityscapes`: street scenes (road, sidewalk, building, wall, fence, pole,
+  traffic light and sign, vegetation, terrain, sky, person, car) with textures, shading and noise,
+  as ``leftImg8bit`` PNGs and ``gtFine_labelIds`` PNGs. Colours overlap between classes (grey
+  buildings, roads, sidewalks and poles; cars of any colour), so a model must use shape and context.
+* :func:`ensure_synthetic_volumes`: anisotropic volumes (default 5.0 x 0.8 x 0.8 mm) with ellipsoid
+  "organs" of three classes, noise and a smooth bias field, as NIfTI files in a decathlon-style
+  folder with ``dataset.json``.
+
+Both are generated once into a cache folder and reused; a folder without its completion marker
+(an interrupted generation) is generated again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from upzoo.data.io import write_png
+
+__all__ = ["default_cache_dir", "ensure_synthetic_cityscapes", "ensure_synthetic_volumes", "street_scene", "organ_volume"]
+
+_MARKER = "COMPLETE.json"
+
+
+def default_cache_dir() -> Path:
+    """``$UPZOO_CACHE`` or ``~/.cache/upzoo``."""
+    return Path(os.environ.get("UPZOO_CACHE") or Path.home() / ".cache" / "upzoo")
+
+
+def _cached(kind: str, params: dict, cache_dir: str | Path | None, write) -> Path:
+    key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+    root = Path(cache_dir or default_cache_dir()) / f"{kind}-{key}"
+    marker = root / _MARKER
+    if marker.is_file():
+        return root
+    if root.exists():
+        shutil.rmtree(root)  # an interrupted generation: start again
+    write(root)
+    marker.write_text(json.dumps(params, indent=2))
+    return root
+
+
+# -- street scenes -----------------------------------------------------------------------------------
+def _smooth_noise(rng: np.random.Generator, h: int, w: int, cell: int) -> np.ndarray:
+    """Low-frequency noise in [-1, 1]: a coarse random grid, bilinearly upsampled."""
+    gh, gw = h // cell + 2, w // cell + 2
+    grid = rng.uniform(-1, 1, (gh, gw))
+    ys, xs = np.linspace(0, gh - 1.001, h), np.linspace(0, gw - 1.001, w)
+    y0, x0 = ys.astype(int), xs.astype(int)
+    fy, fx = (ys - y0)[:, None], (xs - x0)[None, :]
+    top = grid[y0][:, x0] * (1 - fx) + grid[y0][:, x0 + 1] * fx
+    bottom = grid[y0 + 1][:, x0] * (1 - fx) + grid[y0 + 1][:, x0 + 1] * fx
+    return top * (1 - fy) + bottom * fy
+
+
+def street_scene(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """One synthetic street scene: ``(H, W, 3)`` uint8 RGB and ``(H, W)`` uint8 Cityscapes label ids."""
+    h, w = height, width
+    yy, xx = np.mgrid[0:h, 0:w]
+    img = np.zeros((h, w, 3), np.float32)
+    lab = np.full((h, w), 23, np.uint8)  # sky
+    horizon = int(h * rng.uniform(0.36, 0.5))
+
+    def paint(mask, color, label, texture=0.0, cell=4):
+        color = np.asarray(color, np.float32)
+        shade = 1.0 + texture * _smooth_noise(rng, h, w, cell)[mask] if texture else 1.0
+        img[mask] = np.clip(color[None, :] * np.atleast_1d(shade)[:, None], 0, 255)
+        lab[mask] = label
+
+    # sky: a vertical gradient with soft clouds
+    t = (yy / max(horizon, 1))[..., None]
+    sky_top, sky_low = rng.uniform([40, 90, 150], [90, 140, 220]), rng.uniform([150, 180, 210], [210, 220, 245])
+    img[:] = sky_top * (1 - t) + sky_low * t
+    clouds = np.clip(_smooth_noise(rng, h, w, max(8, w // 12)), 0, 1)[..., None]
+    img[:] = img * (1 - 0.6 * clouds) + 235 * 0.6 * clouds
+
+    # buildings along the horizon, with window grids; gaps let sky and trees through
+    x = int(rng.integers(-w // 10, 0))
+    while x < w:
+        bw = int(rng.uniform(0.08, 0.25) * w)
+        if rng.random() < 0.85:
+            top = int(horizon - rng.uniform(0.08, 0.34) * h)
+            base = rng.uniform(60, 190)
+            color = base * rng.uniform(0.85, 1.15, 3)
+            m = (yy >= top) & (yy < horizon + 2) & (xx >= x) & (xx < x + bw)
+            paint(m, color, 11, texture=0.08)
+            step_y, step_x = int(rng.integers(6, 12)), int(rng.integers(6, 12))
+            win = m & ((yy - top) % step_y >= step_y // 2) & ((xx - x) % step_x >= step_x // 2) & (yy < horizon - 3)
+            img[win] = img[win] * rng.uniform(0.45, 0.8) + rng.uniform(0, 40)
+        x += bw + int(rng.integers(0, w // 20 + 1))
+
+    # trees and hedges (vegetation)
+    for _ in range(int(rng.integers(1, 5))):
+        cx, r = rng.uniform(0, w), rng.uniform(0.04, 0.12) * w
+        cy = horizon - r * rng.uniform(0.3, 1.0)
+        crown = np.zeros((h, w), bool)
+        for _ in range(5):
+            ox, oy, rr = rng.normal(0, r / 2), rng.normal(0, r / 3), r * rng.uniform(0.5, 0.9)
+            crown |= (xx - cx - ox) ** 2 + (yy - cy - oy) ** 2 < rr**2
+        paint(crown, rng.uniform([40, 90, 20], [90, 150, 60]), 21, texture=0.35, cell=2)
+        trunk = (np.abs(xx - cx) < max(1, r / 8)) & (yy > cy) & (yy < horizon + 2)
+        paint(trunk, (90, 70, 50), 21)
+
+    # ground: road (trapezoid to a vanishing point), sidewalks, terrain
+    below = yy >= horizon
+    tt = np.clip((yy - horizon) / max(h - horizon, 1), 0, 1)
+    vx = rng.uniform(0.35, 0.65) * w
+    left = vx + (rng.uniform(-0.25, 0.2) * w - vx) * tt
+    right = vx + (rng.uniform(0.8, 1.25) * w - vx) * tt
+    walk = rng.uniform(0.12, 0.25) * w * tt
+    terrain = below & ((xx < left - walk) | (xx > right + walk))
+    paint(terrain, rng.uniform([80, 110, 50], [140, 170, 90]), 22, texture=0.3, cell=2)
+    sidewalk = below & ~terrain & ((xx < left) | (xx > right))
+    paint(sidewalk, rng.uniform(120, 190) * rng.uniform(0.9, 1.1, 3), 8, texture=0.06)
+    tiles = sidewalk & (((yy - horizon) % 7 == 0) | (((xx - vx) / np.maximum(tt, 0.05)).astype(int) % 23 == 0))
+    img[tiles] *= 0.8
+    road = below & (xx >= left) & (xx <= right)
+    paint(road, rng.uniform(55, 110) * rng.uniform(0.95, 1.05, 3), 7, texture=0.05)
+    dashes = road & (np.abs(xx - (vx + (0.5 * (left + right) - vx))) < 0.006 * w * (1 + 4 * tt)) & ((yy // 6) % 3 == 0)
+    img[dashes] = 230
+
+    # a fence or a wall between sidewalk and terrain on one side
+    if rng.random() < 0.6:
+        side_left = rng.random() < 0.5
+        edge = (left - walk) if side_left else (right + walk)
+        band = below & (np.abs(xx - edge) < 0.03 * w * (0.3 + tt)) & (yy < horizon + (h - horizon) * 0.9)
+        band &= (yy > horizon + (yy - horizon) * 0) & (tt > 0.05)
+        if rng.random() < 0.5:
+            paint(band, rng.uniform(90, 170) * rng.uniform(0.9, 1.1, 3), 12, texture=0.1)  # wall
+        else:
+            slats = band & ((xx // 3) % 3 == 0)
+            paint(slats, rng.uniform([100, 80, 60], [170, 150, 120]), 13)  # fence
+
+    def ground_y(t_):
+        return horizon + t_ * (h - horizon)
+
+    # poles with traffic signs and lights on the sidewalk edges
+    for _ in range(int(rng.integers(1, 4))):
+        t_ = rng.uniform(0.2, 0.9)
+        gy = ground_y(t_)
+        side = rng.random() < 0.5
+        edge_x = (vx + (left[min(int(gy), h - 1), 0] - vx)) if side else (vx + (right[min(int(gy), h - 1), 0] - vx))
+        px = edge_x - 0.5 * walk[min(int(gy), h - 1), 0] if side else edge_x + 0.5 * walk[min(int(gy), h - 1), 0]
+        ph = (0.25 + 0.4 * t_) * h
+        half = max(1.0, 0.006 * w * (0.5 + t_))
+        pole = (np.abs(xx - px) <= half) & (yy <= gy) & (yy >= gy - ph)
+        paint(pole, rng.uniform(90, 160) * np.ones(3), 17)
+        top, size = gy - ph, max(3.0, 0.03 * w * (0.4 + t_))
+        if rng.random() < 0.5:  # traffic sign: disc or square
+            color = [(220, 30, 30), (240, 240, 240), (30, 80, 200), (240, 200, 20)][int(rng.integers(0, 4))]
+            if rng.random() < 0.5:
+                sign = (xx - px) ** 2 + (yy - top) ** 2 < size**2
+            else:
+                sign = (np.abs(xx - px) < size) & (np.abs(yy - top) < size)
+            paint(sign, color, 20)
+        else:  # traffic light: a dark box with three lamps
+            box = (np.abs(xx - px) < size * 0.6) & (yy > top - size * 1.6) & (yy < top + size * 1.6)
+            paint(box, (35, 35, 35), 19)
+            lit = int(rng.integers(0, 3))
+            for k, color in enumerate([(230, 40, 40), (240, 180, 30), (40, 220, 80)]):
+                lamp = (xx - px) ** 2 + (yy - (top - size + k * size)) ** 2 < (size * 0.35) ** 2
+                img[lamp] = np.asarray(color) * (1.0 if k == lit else 0.3)
+
+    # cars on the road and people on the sidewalks, far to near
+    objects = [("car", rng.uniform(0.15, 0.95)) for _ in range(int(rng.integers(1, 5)))]
+    objects += [("person", rng.uniform(0.2, 0.95)) for _ in range(int(rng.integers(0, 4)))]
+    for kind, t_ in sorted(objects, key=lambda o: o[1]):
+        gy = ground_y(t_)
+        row = min(int(gy), h - 1)
+        l, r = left[row, 0], right[row, 0]
+        if kind == "car":
+            cw = (0.12 + 0.3 * t_) * w
+            cx = rng.uniform(l + 0.1 * cw, max(l + 0.1 * cw + 1, r - 1.1 * cw))
+            ch = cw * rng.uniform(0.45, 0.6)
+            body = (xx >= cx) & (xx < cx + cw) & (yy < gy - 0.1 * ch) & (yy >= gy - 0.6 * ch)
+            cabin = (xx >= cx + 0.2 * cw) & (xx < cx + 0.8 * cw) & (yy < gy - 0.55 * ch) & (yy >= gy - ch)
+            paint(body | cabin, rng.uniform(20, 235, 3), 26, texture=0.05)
+            glass = cabin & (yy > gy - 0.93 * ch) & (xx > cx + 0.26 * cw) & (xx < cx + 0.74 * cw)
+            img[glass] = img[glass] * 0.3 + np.asarray([60, 80, 100]) * 0.7
+            for wx in (cx + 0.2 * cw, cx + 0.8 * cw):
+                wheel = (xx - wx) ** 2 + (yy - (gy - 0.12 * ch)) ** 2 < (0.13 * cw) ** 2
+                paint(wheel, (20, 20, 20), 26)
+        else:
+            on_left = rng.random() < 0.5
+            wk = walk[row, 0]
+            px = (l - rng.uniform(0.2, 0.8) * wk) if on_left else (r + rng.uniform(0.2, 0.8) * wk)
+            ph = (0.12 + 0.35 * t_) * h
+            pw = ph * 0.28
+            legs = (np.abs(xx - px) < pw * 0.35) & (yy <= gy) & (yy > gy - 0.45 * ph) & ((np.abs(xx - px) > pw * 0.06))
+            torso = (np.abs(xx - px) < pw * 0.5) & (yy <= gy - 0.4 * ph) & (yy > gy - 0.82 * ph)
+            head = (xx - px) ** 2 + (yy - (gy - 0.9 * ph)) ** 2 < (0.1 * ph) ** 2
+            paint(legs, rng.uniform(20, 120, 3), 24)
+            paint(torso, rng.uniform(20, 235, 3), 24, texture=0.1)
+            paint(head, rng.uniform([150, 100, 70], [240, 200, 170]), 24)
+
+    # light, shadow and sensor noise
+    light = 1.0 + 0.25 * _smooth_noise(rng, h, w, max(16, w // 4)) + rng.uniform(-0.15, 0.15)
+    img = img * light[..., None] + rng.normal(0, rng.uniform(3, 8), img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8), lab
+
+
+def ensure_synthetic_cityscapes(
+    cache_dir: str | Path | None = None,
+    *,
+    train: int = 64,
+    val: int = 16,
+    size: Sequence[int] = (256, 512),
+    seed: int = 0,
+) -> Path:
+    """The embedded Cityscapes-style set in the official layout (city ``synthcity``), generated once.
+
+    >>> root = ensure_synthetic_cityscapes(train=2, val=1, size=(64, 128))  # doctest: +SKIP
+    """
+    height, width = int(size[0]), int(size[1])
+    params = {"train": train, "val": val, "size": [height, width], "seed": seed, "version": 1}
+
+    def write(root: Path) -> None:
+        for split, count in (("train", train), ("val", val)):
+            for i in range(count):
+                rng = np.random.default_rng([seed, 0 if split == "train" else 1, i])
+                image, labels = street_scene(rng, height, width)
+                stem = f"synthcity_{i:06d}_000019"
+                write_png(root / "leftImg8bit" / split / "synthcity" / f"{stem}_leftImg8bit.png", image)
+                write_png(root / "gtFine" / split / "synthcity" / f"{stem}_gtFine_labelIds.png", labels)
+
+    return _cached("cityscapes-synthetic", params, cache_dir, write)
+
+
+# -- volumes -----------------------------------------------------------------------------------------
+ORGAN_NAMES = ("background", "liver", "kidney", "spleen")
+
+
+def organ_volume(
+    rng: np.random.Generator, shape: Sequence[int], spacing: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """One synthetic CT-like volume ``(D, H, W)`` float32 (Hounsfield-like units) and its uint8 labels."""
+    d, h, w = (int(s) for s in shape)
+    zz, yy, xx = np.meshgrid(*(np.arange(n) * sp for n, sp in zip((d, h, w), spacing)), indexing="ij")
+    extent = np.array([d, h, w]) * np.asarray(spacing)
+    body = ((zz - extent[0] / 2) / (extent[0] * 0.7)) ** 2 + ((yy - extent[1] / 2) / (extent[1] * 0.42)) ** 2 \
+        + ((xx - extent[2] / 2) / (extent[2] * 0.45)) ** 2 < 1
+    vol = np.where(body, 20.0, -900.0)
+    labels = np.zeros((d, h, w), np.uint8)
+    means = {1: 60.0, 2: 110.0, 3: 45.0}
+    for cls, (scale, count) in {1: (0.22, 1), 2: (0.09, 2), 3: (0.12, 1)}.items():
+        for _ in range(count):
+            center = extent * rng.uniform(0.3, 0.7, 3)
+            radii = extent.max() * scale * rng.uniform(0.7, 1.3, 3)
+            radii[0] = max(radii[0], 2.5 * spacing[0])  # at least a few slices thick
+            inside = ((zz - center[0]) / radii[0]) ** 2 + ((yy - center[1]) / radii[1]) ** 2 \
+                + ((xx - center[2]) / radii[2]) ** 2 < 1
+            inside &= body
+            labels[inside] = cls
+            vol[inside] = means[cls] + rng.normal(0, 8)
+    bias = 1.0 + 0.15 * np.cos(zz / extent[0] * np.pi * rng.uniform(0.5, 1.5)) * np.sin(yy / extent[1] * np.pi)
+    vol = vol * bias + rng.normal(0, 15, vol.shape)
+    return vol.astype(np.float32), labels
+
+
+def ensure_synthetic_volumes(
+    cache_dir: str | Path | None = None,
+    *,
+    train: int = 12,
+    val: int = 4,
+    shape: Sequence[int] = (24, 96, 96),
+    spacing: Sequence[float] = (5.0, 0.8, 0.8),
+    seed: int = 0,
+) -> Path:
+    """The embedded volume set as NIfTI files in a decathlon-style folder (``imagesTr``, ``labelsTr``,
+    ``dataset.json``), generated once. The last ``val`` cases form the validation split."""
+    from upzoo.data.volumes import write_nifti
+
+    params = {"train": train, "val": val, "shape": list(shape), "spacing": list(spacing), "seed": seed, "version": 1}
+
+    def write(root: Path) -> None:
+        entries = []
+        for i in range(train + val):
+            rng = np.random.default_rng([seed, i])
+            volume, labels = organ_volume(rng, shape, spacing)
+            name = f"synth_{i:03d}.nii.gz"
+            write_nifti(root / "imagesTr" / name, volume, spacing)
+            write_nifti(root / "labelsTr" / name, labels, spacing)
+            entries.append({"image": f"./imagesTr/{name}", "label": f"./labelsTr/{name}"})
+        (root / "dataset.json").write_text(json.dumps({
+            "name": "upzoo synthetic organs",
+            "modality": {"0": "CT"},
+            "labels": {str(i): n for i, n in enumerate(ORGAN_NAMES)},
+            "numTraining": len(entries),
+            "training": entries,
+            "validation_count": val,
+        }, indent=2))
+
+    return _cached("volumes-synthetic", params, cache_dir, write)
