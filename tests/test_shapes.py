@@ -25,11 +25,14 @@ AVGPOOL = {1: nn.AvgPool1d, 2: nn.AvgPool2d, 3: nn.AvgPool3d}
 
 
 def _real_shape(layer: nn.Module, shape: tuple[int, ...]):
+    """PyTorch's output shape, or None where it fails. Some backends return an empty tensor instead of
+    failing when a transposed conv's output size is 0; an empty output counts as a failure too."""
     try:
         with torch.no_grad():
-            return tuple(layer(torch.zeros(shape)).shape)
+            out = tuple(layer(torch.zeros(shape)).shape)
     except RuntimeError:
         return None
+    return out if all(s > 0 for s in out[2:]) else None
 
 
 def _rule_shape(layer: nn.Module, shape: tuple[int, ...]):

@@ -226,7 +226,8 @@ class UNet(nn.Module):
         out = self.head(y)
         if self.post_filter is not None:
             out = self.post_filter(out)
-        out = out[(slice(None), slice(None)) + tuple(slice(0, s) for s in spatial)]
+        if padded != spatial:
+            out = out[(slice(None), slice(None)) + tuple(slice(0, s) for s in spatial)]
         if self.aux_heads is not None and self.training:
             aux = []
             for head, feature in zip(self.aux_heads, outputs[:-1]):

@@ -1,0 +1,139 @@
+"""Segmentation metrics from a dataset-level confusion matrix (one ``bincount`` per batch).
+
+Conventions (as mmsegmentation and Cityscapes): pixels whose target is ``ignore_index`` are left
+out; per-class IoU is ``TP / (TP + FP + FN)`` over the whole dataset, not averaged per image; a class
+absent from both prediction and ground truth has IoU ``NaN`` and is left out of the mean; a class
+predicted but absent from the ground truth has IoU 0 and counts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from upzoo.errors import ShapeError
+
+__all__ = ["confusion_matrix", "iou_from_confusion", "dice_from_confusion", "pixel_accuracy", "mean_iou",
+           "ConfusionMatrix"]
+
+
+def _index_dtype(num_classes: int) -> torch.dtype:
+    return torch.int16 if num_classes * num_classes < 2**15 else torch.int32 if num_classes < 46340 else torch.int64
+
+
+def confusion_matrix(
+    pred: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None = 255, *, validate: bool = True
+) -> torch.Tensor:
+    """``(K, K)`` int64 counts, rows = ground truth, columns = prediction.
+
+    Args:
+        pred, target: integer label maps of the same shape (any number of dims).
+        validate: check shapes and that labels lie in ``0..K-1`` (or are ``ignore_index``).
+
+    Raises:
+        ShapeError: shapes differ, or labels out of range (with the offending values).
+    """
+    if validate:
+        if pred.shape != target.shape:
+            raise ShapeError(f"prediction {tuple(pred.shape)} and target {tuple(target.shape)} differ in shape; "
+                             f"pass class indices (argmax over the class axis), not logits")
+        for name, t in (("prediction", pred), ("target", target)):
+            if t.is_floating_point() or t.dtype == torch.bool:
+                raise ShapeError(f"{name} must hold integer class indices, got {t.dtype}")
+    dtype = _index_dtype(num_classes)
+    index = target.to(dtype) * num_classes + pred.to(dtype)  # bin K*K collects the ignored pixels
+    ignored = target == ignore_index if ignore_index is not None else None
+    if validate and pred.numel():
+        checked = target if ignored is None else target.masked_fill(ignored, 0)
+        for name, t in (("prediction", pred), ("target", checked)):
+            low, high = (int(v) for v in torch.aminmax(t))
+            if low < 0 or high >= num_classes:
+                extra = f" or {ignore_index}" if name == "target" and ignore_index is not None else ""
+                raise ShapeError(f"{name} labels must be in 0..{num_classes - 1}{extra}, got values in {low}..{high}")
+    if ignored is not None:
+        index.masked_fill_(ignored, num_classes * num_classes)
+    counts = torch.bincount(index.flatten(), minlength=num_classes * num_classes + 1)
+    return counts[: num_classes * num_classes].view(num_classes, num_classes).to(torch.int64)
+
+
+def iou_from_confusion(cm: torch.Tensor) -> torch.Tensor:
+    """Per-class IoU (float64), NaN for classes absent from both prediction and ground truth."""
+    cm = cm.to(torch.float64)
+    tp = cm.diagonal()
+    union = cm.sum(0) + cm.sum(1) - tp
+    return torch.where(union > 0, tp / union.clamp_min(1), torch.full_like(tp, math.nan))
+
+
+def dice_from_confusion(cm: torch.Tensor) -> torch.Tensor:
+    """Per-class Dice ``2TP / (2TP + FP + FN)`` (float64), NaN where the class is absent from both."""
+    cm = cm.to(torch.float64)
+    tp = cm.diagonal()
+    denom = cm.sum(0) + cm.sum(1)
+    return torch.where(denom > 0, 2 * tp / denom.clamp_min(1), torch.full_like(tp, math.nan))
+
+
+def pixel_accuracy(cm: torch.Tensor) -> float:
+    """Correct pixels over all counted pixels (ignored ones excluded)."""
+    total = int(cm.sum())
+    return float(cm.diagonal().sum()) / total if total else math.nan
+
+
+def _nanmean(values: torch.Tensor) -> float:
+    valid = values[~torch.isnan(values)]
+    return float(valid.mean()) if valid.numel() else math.nan
+
+
+def mean_iou(
+    pred: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None = 255
+) -> tuple[float, torch.Tensor]:
+    """``(mIoU, per-class IoU)`` over all pixels of ``pred``/``target`` (see the module's conventions).
+
+    >>> miou, per_class = mean_iou(torch.tensor([0, 1, 1]), torch.tensor([0, 1, 255]), num_classes=3)
+    >>> miou, per_class.tolist()
+    (1.0, [1.0, 1.0, nan])
+    """
+    iou = iou_from_confusion(confusion_matrix(pred, target, num_classes, ignore_index))
+    return _nanmean(iou), iou
+
+
+class ConfusionMatrix:
+    """Streaming accumulator: ``update`` per batch, ``compute`` at the end, ``all_reduce`` across
+    DDP ranks (a sum of the integer counts, so every rank then computes the same numbers).
+
+    >>> acc = ConfusionMatrix(num_classes=2)
+    >>> acc.update(torch.tensor([0, 1]), torch.tensor([0, 0]))
+    >>> acc.compute()["miou"]
+    0.25
+    """
+
+    def __init__(self, num_classes: int, ignore_index: int | None = 255, *, validate: bool = True) -> None:
+        self.num_classes, self.ignore_index, self.validate = num_classes, ignore_index, validate
+        self.matrix = torch.zeros(num_classes, num_classes, dtype=torch.int64)
+
+    def reset(self) -> None:
+        self.matrix.zero_()
+
+    def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
+        cm = confusion_matrix(pred.detach(), target.detach(), self.num_classes, self.ignore_index, validate=self.validate)
+        self.matrix += cm.cpu()
+
+    def all_reduce(self) -> None:
+        """Sum the counts over all ranks of the default process group (a no-op without one)."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(self.matrix, op=dist.ReduceOp.SUM)
+
+    def compute(self) -> dict[str, Any]:
+        """``miou``, ``per_class_iou`` (list, NaN for absent classes), ``pixel_accuracy``, ``mean_dice``,
+        ``per_class_dice``."""
+        iou, dice = iou_from_confusion(self.matrix), dice_from_confusion(self.matrix)
+        return {
+            "miou": _nanmean(iou),
+            "per_class_iou": iou.tolist(),
+            "pixel_accuracy": pixel_accuracy(self.matrix),
+            "mean_dice": _nanmean(dice),
+            "per_class_dice": dice.tolist(),
+        }
