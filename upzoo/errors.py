@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
-__all__ = ["UpzooError", "ConfigError", "RegistryError", "ShapeError", "DataError", "did_you_mean"]
+__all__ = ["UpzooError", "ConfigError", "RegistryError", "ShapeError", "DataError", "TrainingError", "did_you_mean"]
 
 
 class UpzooError(Exception):
@@ -29,7 +29,11 @@ class ShapeError(UpzooError, ValueError):
 
 
 class DataError(UpzooError, ValueError):
-    """A dataset file or folder is missing, unreadable or inconsistent."""
+    """A dataset file or folder (or a checkpoint) is missing, unreadable, corrupt or inconsistent."""
+
+
+class TrainingError(UpzooError, RuntimeError):
+    """A run cannot go on: a non-finite loss, ranks out of step, a checkpoint that does not fit."""
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import Dataset
 
 from upzoo.data.io import read_image, read_label
+from upzoo.data.seeding import reseed
 from upzoo.errors import DataError
 
 __all__ = ["Label", "LABELS", "CLASS_NAMES", "PALETTE", "IGNORE_INDEX", "to_train_ids", "CityscapesDataset",
@@ -157,6 +158,7 @@ class CityscapesDataset(Dataset):
     def __init__(self, root: str | Path, split: str = "train", transform: Callable | None = None) -> None:
         self.root, self.split, self.transform = Path(root), split, transform
         self.pairs = find_pairs(self.root, split)
+        self.seed, self.epoch = 0, 0  # augmentation depends only on (seed, epoch, index)
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -177,6 +179,7 @@ class CityscapesDataset(Dataset):
                 mask = to_train_ids(label)
             except DataError as exc:
                 raise DataError(f"{pair.label}: {exc}") from None
+        reseed(self.transform, self.seed, self.epoch, index)
         if self.transform is not None:
             out = self.transform(image=image, mask=mask)
             image_t, mask_t = out["image"], out["mask"]

@@ -9,6 +9,7 @@ import torch
 from torch.utils.data import Dataset
 
 from upzoo.data.io import read_image
+from upzoo.data.seeding import reseed
 from upzoo.errors import DataError
 
 __all__ = ["ImageFolderDataset", "IMAGE_SUFFIXES"]
@@ -31,12 +32,14 @@ class ImageFolderDataset(Dataset):
         if not self.files:
             raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) below {self.root}")
         self.transform = transform
+        self.seed, self.epoch = 0, 0  # augmentation depends only on (seed, epoch, index)
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __getitem__(self, index: int) -> dict:
         image = read_image(self.files[index])
+        reseed(self.transform, self.seed, self.epoch, index)
         if self.transform is not None:
             tensor = self.transform(image=image)["image"]
         else:

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from upzoo.data.seeding import reseed
 from upzoo.errors import DataError
 
 __all__ = [
@@ -239,6 +240,7 @@ class VolumeDataset(Dataset):
             rng = np.random.default_rng([self.seed, self.epoch, index])
             image, label = sample_patch(image, label, self.patch_size, rng, self.foreground_ratio)
         if self.transform is not None:
+            reseed(self.transform, self.seed, self.epoch, index)
             out = self.transform(volume=np.ascontiguousarray(image.transpose(1, 2, 3, 0)), mask3d=label)
             image = np.ascontiguousarray(np.asarray(out["volume"]).transpose(3, 0, 1, 2))
             label = np.asarray(out["mask3d"])

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from torch import nn
 
 from upzoo.config import validate_kwargs
 from upzoo.errors import ConfigError, did_you_mean
 from upzoo.models.dcgan import DCGANDiscriminator, DCGANGenerator
+from upzoo.models.planning import plan_strides
 from upzoo.models.smp_adapter import smp_unet
 from upzoo.models.unet import UNet
 
@@ -45,7 +46,24 @@ class ModelSpec:
                 f"{path}.architecture: expected one of {', '.join(ARCHITECTURES)}, got {architecture!r}"
                 f"{did_you_mean(str(architecture), ARCHITECTURES)}"
             )
-        return cls(architecture, validate_kwargs(ARCHITECTURES[architecture], options, path))
+        auto = architecture == "unet" and options.get("strides") == "auto"
+        if auto:  # planned from the data's voxel spacing when the recipe runs (resolve_auto_strides)
+            options.pop("strides")
+        validated = validate_kwargs(ARCHITECTURES[architecture], options, path)
+        if auto:
+            validated["strides"] = "auto"
+        return cls(architecture, validated)
+
+    def resolve_auto_strides(self, spacing: Sequence[float], patch_size: Sequence[int]) -> "ModelSpec":
+        """Replace ``strides: auto`` by :func:`~upzoo.models.plan_strides` for this spacing and patch;
+        the encoder keeps as many stages as were planned."""
+        if self.options.get("strides") != "auto":
+            return self
+        channels = list(self.options.get("channels") or (32, 64, 128, 256))
+        strides = plan_strides(spacing, patch_size, max_stages=len(channels) - 1)
+        if not strides:
+            raise ConfigError(f"model.strides 'auto': no axis of patch {tuple(patch_size)} can be halved")
+        return ModelSpec(self.architecture, {**self.options, "strides": strides, "channels": channels[: len(strides) + 1]})
 
     def to_dict(self) -> dict[str, Any]:
         return {"architecture": self.architecture, **self.options}
@@ -60,6 +78,9 @@ def build_model(spec: ModelSpec | Mapping[str, Any]) -> nn.Module:
     """
     if not isinstance(spec, ModelSpec):
         spec = ModelSpec.from_dict(spec)
+    if spec.options.get("strides") == "auto":
+        raise ConfigError("model.strides 'auto' is planned from the data's voxel spacing: resolve it with "
+                          "ModelSpec.resolve_auto_strides(spacing, patch_size) (upzoo train does) or give strides")
     return ARCHITECTURES[spec.architecture](**spec.options)
 
 

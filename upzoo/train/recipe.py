@@ -50,7 +50,13 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """How to optimise: steps, optimiser, schedule, loss, precision, checkpoints, seed."""
+    """How to optimise: steps, optimiser, schedule, loss, precision, checkpoints, seed.
+
+    ``max_steps`` caps the optimiser steps (smoke runs); ``val_every``/``checkpoint_every`` count
+    steps (``None``: once per epoch); ``amp`` is bfloat16 or float16 autocast; GANs use
+    ``latent_dim``, ``discriminator_base_channels`` and ``sample_every`` (steps between sample grids,
+    ``None``: once per epoch).
+    """
 
     epochs: int = 10
     max_steps: int | None = None
@@ -71,8 +77,10 @@ class TrainConfig:
     val_every: int | None = None
     log_every: int = 10
     checkpoint_every: int | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     latent_dim: int = 100
     discriminator_base_channels: int = 64
+    sample_every: int | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +111,7 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         """The resolved recipe as plain data (what a run folder's ``recipe.yaml`` holds)."""
         return {
-            "model": self.model.to_dict(),
+            "model": _plain(self.model.to_dict()),
             "data": _plain(asdict(self.data)),
             "train": _plain(asdict(self.train)),
             "eval": _plain(asdict(self.eval)),
@@ -114,6 +122,7 @@ _SECTIONS = ("model", "data", "train", "eval")
 
 
 def _plain(value: Any) -> Any:
+    """Tuples to lists, recursively: what YAML and JSON can hold."""
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

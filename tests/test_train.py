@@ -1,0 +1,261 @@
+"""Training: every recipe runs, exact resume, Ctrl-C, corrupt checkpoints, NaN, bad recipes, eval, DDP."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from upzoo.errors import ConfigError, DataError, TrainingError
+from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
+from upzoo.train.gan import train_gan
+from upzoo.train.recipe import load_recipe, parse_recipe
+from upzoo.train.segmentation import train_segmentation
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("upzoo-cache"))
+
+
+def tiny(cache: str, **train) -> dict:
+    """A small 2D recipe that trains in about a second."""
+    return {
+        "model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 19,
+                  "channels": [8, 16, 32], "upsampler": "pixel_shuffle"},
+        "data": {"kind": "cityscapes", "synthetic_train": 8, "synthetic_val": 2, "synthetic_size": [64, 128],
+                 "crop_size": [64, 64], "batch_size": 2, "num_workers": 0, "cache_dir": cache},
+        "train": {"max_steps": 6, "lr": 0.01, "log_every": 1, **train},
+    }
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f) if r["loss"]}
+
+
+def shrink(path: Path, cache: str) -> list[str]:
+    return ["--set", "train.max_steps=2", "--set", "data.num_workers=0", "--set", "data.synthetic_train=4",
+            "--set", "data.synthetic_val=1", "--set", "data.batch_size=2", "--set", f"data.cache_dir={cache}"] + (
+        ["--set", "data.synthetic_size=[64,128]", "--set", "data.resize=null", "--set", "data.crop_size=[64,64]"]
+        if "volume" not in path.name and "dcgan" not in path.name else
+        ["--set", "data.synthetic_size=[64,128]"] if "dcgan" in path.name else
+        ["--set", "data.synthetic_size=[12,48,48]", "--set", "data.crop_size=[8,32,32]"])
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
+    loaded = load_recipe(recipe)
+    assert loaded.model.architecture in ("unet", "dcgan") and loaded.data.root is None
+    result = subprocess.run([sys.executable, "-m", "upzoo", "train", str(recipe), "--out", str(tmp_path / "run"),
+                             "--no-progress", "--json", *shrink(recipe, cache)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout)
+    assert summary["steps"] == 2
+    run = tmp_path / "run"
+    assert (run / "recipe.yaml").is_file() and (run / "metrics.csv").is_file() and (run / "last.pt").is_file()
+    assert (run / "curves.png").is_file()
+    if loaded.task == "gan":
+        assert list(run.glob("samples_*.png")) and summary["checkerboard"] >= 0
+    else:
+        assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
+        assert 0 <= summary["val"]["miou"] <= 1
+
+
+def test_volume_recipe_plans_anisotropic_strides_from_the_spacing(cache, tmp_path):
+    recipe = load_recipe(ROOT / "recipes" / "volume_unet3d_aniso.yaml")
+    assert recipe.model.options["strides"] == "auto"
+    spec = recipe.model.resolve_auto_strides((5.0, 0.8, 0.8), recipe.data.crop_size)
+    assert spec.options["strides"][0] == (1, 2, 2)
+
+
+def test_resume_continues_with_the_same_losses_as_an_uninterrupted_run(cache, tmp_path):
+    recipe = parse_recipe(tiny(cache))
+    full = train_segmentation(recipe, tmp_path / "full", progress=False)
+    assert full["steps"] == 6 and not full["interrupted"]
+
+    def stop_at_three(step, loss, stop):
+        if step == 3:
+            stop.request()
+
+    part = train_segmentation(recipe, tmp_path / "part", progress=False, on_step=stop_at_three)
+    assert part["interrupted"] and part["steps"] == 3
+    assert load_checkpoint(tmp_path / "part" / "last.pt")["step"] == 3
+    resumed = train_segmentation(recipe, tmp_path / "part", resume=True, progress=False)
+    assert resumed["steps"] == 6 and not resumed["interrupted"]
+    expected, got = losses(tmp_path / "full"), losses(tmp_path / "part")
+    assert sorted(got) == [1, 2, 3, 4, 5, 6]
+    for step in (4, 5, 6):
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), step
+    a = load_checkpoint(tmp_path / "full" / "last.pt")["model"]
+    b = load_checkpoint(tmp_path / "part" / "last.pt")["model"]
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)
+
+
+def test_corrupt_or_truncated_checkpoints_are_refused(tmp_path):
+    path = save_checkpoint({"model": {"w": torch.randn(100, 100)}, "step": 3}, tmp_path / "last.pt")
+    assert load_checkpoint(path)["step"] == 3
+    data = bytearray(path.read_bytes())
+    flipped = tmp_path / "flipped.pt"
+    data[len(data) // 2] ^= 0xFF
+    flipped.write_bytes(data)
+    with pytest.raises(DataError, match="corrupt"):
+        load_checkpoint(flipped)
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(path.read_bytes()[: 5000])
+    with pytest.raises(DataError, match="truncated or corrupt and was not loaded"):
+        load_checkpoint(truncated)
+    torch.save({"w": torch.zeros(1)}, tmp_path / "foreign.pt")
+    with pytest.raises(DataError, match="not an upzoo checkpoint"):
+        load_checkpoint(tmp_path / "foreign.pt")
+    assert load_checkpoint(path)["step"] == 3  # the good file is untouched
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_resume_from_a_corrupt_checkpoint_is_a_one_line_error(cache, tmp_path):
+    recipe = parse_recipe(tiny(cache, max_steps=2))
+    train_segmentation(recipe, tmp_path / "run", progress=False)
+    last = tmp_path / "run" / "last.pt"
+    last.write_bytes(last.read_bytes()[:-100])
+    result = subprocess.run([sys.executable, "-m", "upzoo", "train", "--resume", str(tmp_path / "run")],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and "truncated or corrupt and was not loaded" in result.stderr
+    assert "Traceback" not in result.stderr and (tmp_path / "run" / "best.pt").is_file()
+
+
+def test_a_nan_loss_stops_the_run_naming_the_step_and_keeping_the_last_good_checkpoint(cache, tmp_path):
+    recipe = parse_recipe(tiny(cache, max_steps=50, optimizer="sgd", lr=1e12, momentum=0.0, checkpoint_every=1,
+                               val_every=1000))
+    with pytest.raises(TrainingError, match=r"(the training loss|parameter \S+) became (nan|inf) at step \d+; stopped, the last good"):
+        train_segmentation(recipe, tmp_path / "run", progress=False)
+    state = load_checkpoint(tmp_path / "run" / "last.pt")
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+
+
+def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(cache, tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(tiny(cache, max_steps=400, val_every=1000)))
+    run = tmp_path / "run"
+    child = subprocess.Popen([sys.executable, "-m", "upzoo", "train", str(path), "--out", str(run), "--no-progress"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not (run / "metrics.csv").exists() or len(losses(run)) < 3):
+        time.sleep(0.2)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err[-2000:]
+    assert "SIGINT received: stopping after this step" in err and "--resume" in err
+    step = load_checkpoint(run / "last.pt")["step"]
+    assert 3 <= step < 400
+    resumed = subprocess.run([sys.executable, "-m", "upzoo", "train", "--resume", str(run), "--no-progress", "--json",
+                              "--set", f"train.max_steps={step + 2}"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads(resumed.stdout)["steps"] == step + 2
+    assert sorted(losses(run)) == list(range(1, step + 3))
+    refused = subprocess.run([sys.executable, "-m", "upzoo", "train", str(path), "--resume", str(run),
+                              "--set", "model.upsampler=dysample"], capture_output=True, text=True)
+    assert refused.returncode == 1 and "cannot change model.upsampler" in refused.stderr
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"modle": {}}, r"modle: unknown section; sections: model, data, train, eval; did you mean 'model'\?"),
+    ({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2},
+      "train": {"learning_rate": 0.1}}, r"train.learning_rate: unknown key.*"),
+    ({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2},
+      "train": {"lr": "fast"}}, r"train.lr: expected float, got 'fast' \(str\)"),
+    ({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2},
+      "data": {"kind": "cityscape"}}, r"data.kind: expected one of .*did you mean 'cityscapes'\?"),
+])
+def test_bad_recipes_fail_with_their_path(tmp_path, content, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(content))
+    with pytest.raises(ConfigError, match=message):
+        load_recipe(path)
+    result = subprocess.run([sys.executable, "-m", "upzoo", "train", str(path)], capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_overrides_and_invalid_yaml(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3,
+                                              "num_classes": 2}}))
+    recipe = load_recipe(path, ["model.upsampler=dysample", "train.lr=0.5", "data.crop_size=[32, 64]"])
+    assert recipe.model.options["upsampler"] == "dysample" and recipe.train.lr == 0.5
+    assert list(recipe.data.crop_size) == [32, 64]
+    with pytest.raises(ConfigError, match="--set takes section.key=value"):
+        load_recipe(path, ["lr=0.1"])
+    path.write_text("model: [unclosed")
+    with pytest.raises(ConfigError, match=r"invalid YAML at line 1"):
+        load_recipe(path)
+
+
+def test_eval_of_a_checkpoint_matches_the_runs_own_validation(cache, tmp_path):
+    recipe_dict = tiny(cache, max_steps=4)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe_dict))
+    summary = train_segmentation(parse_recipe(recipe_dict), tmp_path / "run", progress=False)
+    result = subprocess.run([sys.executable, "-m", "upzoo", "eval", str(path), "--checkpoint",
+                             str(tmp_path / "run" / "last.pt"), "--json"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    evaluated = json.loads(result.stdout)
+    assert evaluated["miou"] == pytest.approx(summary["val"]["miou"], abs=1e-9)
+    table = subprocess.run([sys.executable, "-m", "upzoo", "eval", str(path), "--checkpoint",
+                            str(tmp_path / "run" / "best.pt")], capture_output=True, text=True).stdout
+    assert "| road |" in table and "mIoU" in table
+
+
+def test_gan_training_resumes(cache, tmp_path):
+    recipe = load_recipe(ROOT / "recipes" / "dcgan_pixel_shuffle.yaml", [
+        "train.max_steps=4", "data.num_workers=0", "data.batch_size=4", "data.synthetic_train=8",
+        "data.synthetic_val=1", "data.synthetic_size=[64,128]", f"data.cache_dir={cache}", "model.base_channels=8",
+        "train.discriminator_base_channels=8", "train.sample_every=2", "train.log_every=1"])
+
+    def stop_at_two(step, loss, stop):
+        if step == 2:
+            stop.request()
+
+    part = train_gan(recipe, tmp_path / "gan", progress=False, on_step=stop_at_two)
+    assert part["interrupted"] and part["steps"] == 2
+    done = train_gan(recipe, tmp_path / "gan", resume=True, progress=False)
+    assert done["steps"] == 4 and (tmp_path / "gan" / "samples_000004.png").is_file()
+    rows = list(csv.DictReader(open(tmp_path / "gan" / "metrics.csv")))
+    assert [r["step"] for r in rows if r["loss_g"]] == ["1", "2", "3", "4"]
+    assert any(r["checkerboard"] for r in rows)
+
+
+def test_ddp_on_two_cpu_processes_matches_a_single_process_evaluation(cache, tmp_path):
+    recipe_dict = tiny(cache, max_steps=4)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe_dict))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "upzoo", "train", str(path), "--nproc", "2", "--out",
+                             str(tmp_path / "ddp"), "--no-progress"], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["ranks_in_sync"] is True and summary["steps"] == 4
+    evaluated = subprocess.run([sys.executable, "-m", "upzoo", "eval", str(path), "--checkpoint",
+                                str(tmp_path / "ddp" / "last.pt"), "--json"], capture_output=True, text=True)
+    assert json.loads(evaluated.stdout)["miou"] == pytest.approx(summary["val"]["miou"], abs=1e-9)
+
+
+@pytest.mark.slow
+def test_quickstart_reaches_a_miou_well_above_a_trivial_baseline(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "upzoo", "train", str(ROOT / "recipes" / "quickstart.yaml"),
+                             "--out", str(tmp_path / "qs"), "--no-progress", "--json"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout)
+    assert summary["val"]["miou"] > 0.35 and summary["val"]["pixel_accuracy"] > 0.85

@@ -1,0 +1,108 @@
+"""Distributed training on PyTorch's own engine: torchrun + DistributedDataParallel (gloo on the
+CPU, NCCL on CUDA). Everything here is a no-op in a single process."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator, Sized
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import Sampler
+
+__all__ = ["DistContext", "init_distributed", "ResumableSampler", "all_reduce_mean", "broadcast_object",
+           "sync_buffers", "any_rank"]
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device: torch.device) -> DistContext:
+    """Join the process group that torchrun describes in the environment (``WORLD_SIZE`` > 1)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def all_reduce_mean(value: float, ctx: DistContext) -> float:
+    """The mean of a float over all ranks."""
+    if not ctx.enabled:
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t) / ctx.world_size
+
+
+def any_rank(flag: bool, ctx: DistContext) -> bool:
+    """True on every rank when it is true on any (so that all ranks stop at the same step)."""
+    if not ctx.enabled:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def sync_buffers(module: torch.nn.Module, ctx: DistContext) -> None:
+    """Give every rank rank 0's buffers (BatchNorm statistics drift apart in the last step, which DDP
+    only re-broadcasts at the next forward), so evaluation and checkpoints agree across ranks."""
+    if ctx.enabled:
+        for buffer in module.buffers():
+            dist.broadcast(buffer, src=0)
+
+
+def broadcast_object(obj, ctx: DistContext):
+    """Rank 0's ``obj`` on every rank."""
+    if not ctx.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class ResumableSampler(Sampler[int]):
+    """Deterministic per-epoch order from ``(seed, epoch)``, sharded over ranks, that can start
+    part-way through an epoch (to resume exactly where a run stopped).
+
+    Training (``shuffle=True``): a seeded permutation, padded by wrapping so every rank gets the
+    same number of samples. Evaluation (``shuffle=False``): ``rank::world_size`` without padding,
+    so a dataset is counted exactly once across ranks.
+    """
+
+    def __init__(self, data: Sized, *, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
+        self.n, self.shuffle, self.seed, self.rank, self.world = len(data), shuffle, seed, rank, world_size
+        self.epoch, self.start = 0, 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Order of ``epoch``; skip this rank's first ``start`` samples."""
+        self.epoch, self.start = epoch, start
+
+    def _indices(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.rank, self.n, self.world))
+        g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        order = torch.randperm(self.n, generator=g).tolist()
+        total = -(-self.n // self.world) * self.world
+        order += order[: total - self.n]
+        return order[self.rank::self.world]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._indices()[self.start:])
+
+    def __len__(self) -> int:
+        return max(0, len(self._indices()) - self.start)

@@ -1,0 +1,69 @@
+"""Segmentation evaluation over a dataset: 2D images whole, 3D volumes by sliding window; metrics
+from one dataset-level confusion matrix, summed across DDP ranks."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from upzoo.metrics import ConfusionMatrix
+from upzoo.train.common import autocast
+from upzoo.train.distributed import DistContext, ResumableSampler
+
+__all__ = ["evaluate_segmentation"]
+
+
+def _main_output(out: Any) -> torch.Tensor:
+    return out[0] if isinstance(out, (list, tuple)) else out
+
+
+@torch.no_grad()
+def evaluate_segmentation(
+    model: nn.Module,
+    dataset: Dataset,
+    *,
+    num_classes: int,
+    ignore_index: int = 255,
+    device: torch.device | str = "cpu",
+    amp: str = "none",
+    ctx: DistContext | None = None,
+    volumes: bool = False,
+    patch_size: Sequence[int] | None = None,
+    overlap: float = 0.5,
+    window_batch: int = 2,
+    keep: int = 0,
+    num_workers: int = 0,
+) -> tuple[dict[str, Any], list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
+    """Metrics of ``model`` on ``dataset`` and up to ``keep`` ``(image, mask, prediction)`` examples.
+
+    Each rank evaluates its share of the samples (no sample twice); the confusion matrices are summed.
+    """
+    from upzoo.data.volumes import sliding_window_inference
+
+    ctx = ctx or DistContext()
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    sampler = ResumableSampler(dataset, shuffle=False, rank=ctx.rank, world_size=ctx.world_size)
+    loader = DataLoader(dataset, batch_size=1, sampler=sampler, num_workers=num_workers)
+    acc = ConfusionMatrix(num_classes, ignore_index)
+    examples = []
+    for sample in loader:
+        image = sample["image"].to(device)
+        with autocast(amp, device):
+            if volumes and patch_size is not None:
+                logits = sliding_window_inference(
+                    image[0], lambda b: _main_output(model(b)), patch_size, overlap=overlap, batch_size=window_batch
+                )[None]
+            else:
+                logits = _main_output(model(image))
+        pred = logits.float().argmax(1).cpu()
+        acc.update(pred, sample["mask"])
+        if len(examples) < keep:
+            examples.append((sample["image"][0], sample["mask"][0], pred[0]))
+    acc.all_reduce()
+    model.train(was_training)
+    return acc.compute(), examples

@@ -1,0 +1,98 @@
+"""PNG outputs of a run: loss and metric curves, prediction grids, GAN sample grids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["plot_curves", "prediction_grid", "sample_grid", "class_palette"]
+
+
+def class_palette(num_classes: int, palette: np.ndarray | None = None) -> np.ndarray:
+    """``(num_classes + 1, 3)`` uint8 colours (the last for ignored pixels): ``palette`` or a fixed set."""
+    if palette is not None and len(palette) >= num_classes:
+        return np.concatenate([palette[:num_classes], [[0, 0, 0]]]).astype(np.uint8)
+    rng = np.random.default_rng(7)
+    colors = rng.integers(40, 255, (num_classes, 3))
+    colors[0] = (0, 0, 0)
+    return np.concatenate([colors, [[255, 255, 255]]]).astype(np.uint8)
+
+
+def _colorize(labels: torch.Tensor, palette: np.ndarray) -> np.ndarray:
+    index = labels.numpy().astype(np.int64)
+    index = np.where((index < 0) | (index >= len(palette) - 1), len(palette) - 1, index)
+    return palette[index]
+
+
+def _display(image: torch.Tensor, mean: Sequence[float] | None, std: Sequence[float] | None) -> np.ndarray:
+    x = image.float()
+    if mean is not None and std is not None and x.shape[0] == len(mean):
+        x = x * torch.tensor(std)[:, None, None] + torch.tensor(mean)[:, None, None]
+    else:
+        x = (x - x.min()) / (x.max() - x.min()).clamp_min(1e-6)
+    if x.shape[0] == 1:
+        x = x.repeat(3, 1, 1)
+    return (x[:3].clamp(0, 1).permute(1, 2, 0).numpy() * 255).astype(np.uint8)
+
+
+def prediction_grid(
+    examples: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    path: str | Path,
+    *,
+    palette: np.ndarray,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> None:
+    """One row per example: image | ground truth | prediction (3D: the middle slice of axis 0)."""
+    from PIL import Image
+
+    rows = []
+    for image, mask, pred in examples:
+        if image.ndim == 4:  # (C, D, H, W) volume: middle slice
+            d = image.shape[1] // 2
+            image, mask, pred = image[:, d], mask[d], pred[d]
+        rows.append(np.concatenate([_display(image, mean, std), _colorize(mask, palette), _colorize(pred, palette)], 1))
+    if rows:
+        width = max(r.shape[1] for r in rows)
+        rows = [np.pad(r, ((0, 4), (0, width - r.shape[1]), (0, 0))) for r in rows]
+        Image.fromarray(np.concatenate(rows, 0)).save(path)
+
+
+def plot_curves(rows: list[dict[str, str]], path: str | Path, metrics: Sequence[str]) -> None:
+    """Training loss and validation metrics against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(key):
+        pts = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) not in (None, "", "nan")]
+        return zip(*pts) if pts else ((), ())
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    loss_keys = [k for k in ("loss", "loss_d", "loss_g") if rows and k in rows[0]]
+    for key in loss_keys:
+        steps, values = series(key)
+        axes[0].plot(steps, values, label=key)
+    axes[0].set_xlabel("step")
+    axes[0].set_title("training loss")
+    axes[0].legend()
+    for key in metrics:
+        steps, values = series(key)
+        axes[1].plot(steps, values, marker="o", label=key)
+    axes[1].set_xlabel("step")
+    axes[1].set_title("validation" if "val_miou" in metrics else "samples")
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def sample_grid(images: torch.Tensor, path: str | Path, nrow: int = 8) -> None:
+    """Generated images in [-1, 1] as one PNG grid."""
+    from torchvision.utils import save_image
+
+    save_image(images.float() * 0.5 + 0.5, str(path), nrow=nrow, padding=2)
