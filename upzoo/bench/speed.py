@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["Timing", "time_call", "compare_calls", "memcpy_bandwidth", "synchronize"]
+__all__ = ["Timing", "time_call", "compare_calls", "memcpy_bandwidth", "synchronize", "measure_fps", "environment"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +82,73 @@ def memcpy_bandwidth(megabytes: int = 256, runs: int = 5) -> float:
     dst = torch.empty_like(src)
     timing = time_call(lambda: dst.copy_(src), warmup=2, runs=runs)
     return 2 * src.numel() * src.element_size() / timing.median
+
+
+def environment(device: torch.device | str) -> dict:
+    """What a timing depends on: device, versions, threads."""
+    device = torch.device(device)
+    record = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({_cpu_name()})",
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+        "threads": torch.get_num_threads(),
+    }
+    return record
+
+
+def _cpu_name() -> str:
+    import platform
+
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@torch.inference_mode()
+def measure_fps(
+    model: torch.nn.Module,
+    input_shape: tuple[int, ...],
+    *,
+    device: torch.device | str = "cpu",
+    warmup: int = 3,
+    iters: int = 10,
+    amp: str = "none",
+    channels_last: bool = False,
+) -> dict:
+    """Inference throughput of ``model`` in eval mode on a fixed random batch of ``input_shape``.
+
+    Warm-up runs, then ``iters`` timed runs each bracketed by device synchronisation; FPS is the
+    batch size over the median time, so it is defined for any number of iterations and images.
+    """
+    from upzoo.train.common import autocast
+
+    device = torch.device(device)
+    was_training = model.training
+    model.eval().to(device)
+    x = torch.randn(*input_shape, device=device)
+    if channels_last:
+        fmt = torch.channels_last if x.ndim == 4 else torch.channels_last_3d
+        model.to(memory_format=fmt)
+        x = x.contiguous(memory_format=fmt)
+    try:
+        with autocast(amp, device):
+            timing = time_call(lambda: model(x), warmup=warmup, runs=iters, device=device)
+    finally:
+        model.train(was_training)
+    return {
+        "fps": input_shape[0] / timing.median,
+        "latency_ms": timing.median * 1e3,
+        "latency_q1_ms": timing.q1 * 1e3,
+        "latency_q3_ms": timing.q3 * 1e3,
+        "batch": input_shape[0],
+        "input": list(input_shape),
+        "iters": iters,
+        "warmup": warmup,
+        "amp": amp,
+        "channels_last": channels_last,
+        **environment(device),
+    }

@@ -1,0 +1,143 @@
+"""Measurement: FPS, peak memory, FLOPs, checkerboard scores and the bench commands."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import yaml
+from torch import nn
+
+from upzoo import create_upsampler
+from upzoo.bench.artifacts import checkerboard_score, image_checkerboard, overlap_pattern, overlap_unevenness
+from upzoo.bench.compare import bench_blocks, count_flops
+from upzoo.bench.memory import peak_memory
+from upzoo.bench.speed import compare_calls, measure_fps, time_call
+from upzoo.upsamplers import CheckerboardWarning
+
+
+def _fresh(name: str, seed: int, **options):
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckerboardWarning)
+        return create_upsampler(name, spatial_dims=2, in_channels=32, out_channels=32, scale=2, **options)
+
+
+def test_known_checkerboard_behaviour_of_fresh_blocks():
+    def mean_score(name, **options):
+        return sum(checkerboard_score(_fresh(name, s, **options), (2, 32, 32, 32), seed=s) for s in range(4)) / 4
+
+    k3 = mean_score("transposed", kernel_size=3, padding=1, output_padding=1)
+    k2 = mean_score("transposed")
+    assert k3 > 0.3 and k2 < 0.1 and k3 > 4 * k2
+    assert mean_score("pixel_shuffle") == 0.0  # ICNR: every phase identical
+    assert mean_score("interp_conv") < 0.02 and mean_score("interp_conv", mode="bilinear") < 0.02
+    assert mean_score("pixel_shuffle", icnr=False) > mean_score("pixel_shuffle")
+
+
+def test_checkerboard_of_trained_blocks_follows_what_they_learned():
+    block = _fresh("transposed", 0, kernel_size=3, padding=1, output_padding=1)
+    before = checkerboard_score(block, (2, 32, 16, 16))
+    with torch.no_grad():  # the "trained" solution for a flat response: equal sums per phase
+        block.conv.weight.zero_()
+        for c in range(32):
+            block.conv.weight[c, c] = torch.tensor([[0.25, 0.5, 0.25], [0.5, 1.0, 0.5], [0.25, 0.5, 0.25]])
+        block.conv.bias.zero_()
+    assert before > 0.3 and checkerboard_score(block, (2, 32, 16, 16)) < 0.05
+
+
+def test_theoretical_overlap_pattern():
+    assert overlap_pattern((3, 3), (2, 2)).tolist() == [[4.0, 2.0], [2.0, 1.0]]
+    assert overlap_unevenness((3, 3), (2, 2)) == pytest.approx(0.4843, abs=1e-3)
+    assert overlap_unevenness((4, 4), (2, 2)) == 0 and overlap_unevenness((2, 2), (2, 2)) == 0
+
+
+def test_image_checkerboard_separates_patterns_from_texture():
+    g = torch.Generator().manual_seed(0)
+    texture = torch.rand(4, 3, 32, 32, generator=g)
+    board = texture.clone()
+    board[..., ::2, ::2] += 0.5
+    assert image_checkerboard(texture) < 0.1 and image_checkerboard(board) > 0.5
+
+
+def test_fps_is_defined_for_a_single_iteration_and_image():
+    model = nn.Conv2d(3, 4, 3, padding=1)
+    result = measure_fps(model, (1, 3, 32, 32), warmup=0, iters=1)
+    assert math.isfinite(result["fps"]) and result["fps"] > 0 and result["batch"] == 1
+    assert result["torch"] == torch.__version__ and result["threads"] == torch.get_num_threads()
+    assert model.training  # restored
+
+
+def test_timing_helpers_report_median_and_spread():
+    t = time_call(lambda: sum(range(1000)), warmup=1, runs=5)
+    assert t.runs == 5 and t.q1 <= t.median <= t.q3
+    both = compare_calls({"a": lambda: None, "b": lambda: sum(range(10000))}, runs=5)
+    assert both["b"].median > both["a"].median
+
+
+def test_peak_memory_sees_a_large_temporary_allocation():
+    def allocate():
+        x = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+        return float(x[::4096].sum())
+
+    peak = peak_memory(allocate)
+    assert 50 < peak.mib < 200 and "RSS" in peak.method
+
+
+def test_flops_of_a_convolution():
+    conv = nn.Conv2d(4, 8, 3, padding=1, bias=False)
+    assert count_flops(conv, torch.zeros(1, 4, 10, 10)) == 2 * 4 * 8 * 9 * 100
+
+
+def test_bench_blocks_rows():
+    rows = bench_blocks((1, 8, 16, 16), runs=2)
+    names = [r["block"] for r in rows]
+    assert names == ["carafe", "dysample", "interp_conv", "interpolate", "pixel_shuffle", "transposed"]
+    row = {r["block"]: r for r in rows}
+    assert row["interpolate"]["params"] == 0 and row["interpolate"]["gflops"] == 0
+    assert row["pixel_shuffle"]["checkerboard"] == 0 and row["transposed"]["fwd_bwd_ms"] > 0
+    assert [r["block"] for r in bench_blocks((1, 4, 4, 8, 8), runs=1)] == [
+        "dysample", "interp_conv", "interpolate", "pixel_shuffle", "transposed"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "upzoo", *args], capture_output=True, text=True)
+
+
+def test_bench_commands(tmp_path):
+    result = _cli("bench", "blocks", "--shape", "1x4x8x8", "--runs", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    assert {r["block"] for r in json.loads(result.stdout)} >= {"transposed", "carafe"}
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 19,
+                  "channels": [4, 8]},
+        "data": {"synthetic_train": 4, "synthetic_val": 1, "synthetic_size": [32, 64], "crop_size": [32, 32],
+                 "batch_size": 2, "num_workers": 0, "cache_dir": str(tmp_path / "cache")},
+        "train": {"max_steps": 2}}))
+    result = _cli("bench", "model", str(recipe), "--runs", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    measured = json.loads(result.stdout)
+    assert measured["fps"] > 0 and measured["input"] == [1, 3, 32, 32] and "peak_train_checkpointing_mib" in measured
+    out = tmp_path / "cmp"
+    result = _cli("bench", "compare", str(recipe), "--upsamplers", "transposed,dysample", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| transposed |" in result.stdout and "| dysample |" in result.stdout
+    assert (out / "compare.png").is_file() and (out / "transposed" / "last.pt").is_file()
+    rows = json.loads((out / "compare.json").read_text())
+    assert [r["upsampler"] for r in rows] == ["transposed", "dysample"] and all(r["steps"] == 2 for r in rows)
+    bad = _cli("bench", "compare", str(recipe), "--upsamplers", "transposd")
+    assert bad.returncode == 1 and "did you mean 'transposed'" in bad.stderr
+    assert _cli("bench", "blocks", "--device", "cuda").returncode == (0 if torch.cuda.is_available() else 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_measurements_use_the_allocator_statistics():
+    peak = peak_memory(lambda: torch.ones(2**24, device="cuda"), device="cuda")
+    assert peak.method == "torch.cuda.max_memory_allocated" and peak.mib >= 63
+    assert measure_fps(nn.Conv2d(3, 3, 3).cuda(), (2, 3, 64, 64), device="cuda", iters=3)["fps"] > 0

@@ -1,0 +1,193 @@
+"""The comparison tables: every block (parameters, FLOPs, time, memory, checkerboard), a recipe's
+model (FPS, memory) and upsamplers trained side by side (mIoU, FPS, memory, parameters)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from upzoo.bench.artifacts import checkerboard_score
+from upzoo.bench.memory import peak_memory
+from upzoo.bench.speed import environment, measure_fps, time_call
+from upzoo.registry import UPSAMPLERS, create_upsampler, list_upsamplers
+
+__all__ = ["count_flops", "bench_blocks", "bench_model", "compare_upsamplers", "BLOCK_COLUMNS", "COMPARE_COLUMNS"]
+
+BLOCK_COLUMNS = ["block", "params", "gflops", "forward_ms", "fwd_bwd_ms", "peak_mib", "checkerboard"]
+COMPARE_COLUMNS = ["upsampler", "miou", "fps", "peak_train_mib", "params"]
+
+
+def count_flops(module: nn.Module, x: torch.Tensor) -> int:
+    """Floating-point operations of one forward pass, by PyTorch's FlopCounterMode (convolutions and
+    matrix products; element-wise ops and grid_sample are not counted)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        module(x)
+    return int(counter.get_total_flops())
+
+
+def bench_blocks(
+    shape: Sequence[int] = (8, 64, 64, 64),
+    *,
+    scale: int | Sequence[int] = 2,
+    device: str = "cpu",
+    runs: int = 5,
+    names: Sequence[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per registered upsampler (that supports the input's dims) at the same input and scale."""
+    dims = len(shape) - 2
+    rows = []
+    for name in names or list_upsamplers(kind="upsampler"):
+        info = UPSAMPLERS.info(name)
+        if dims not in info.spatial_dims:
+            continue
+        if progress:
+            progress(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            block = create_upsampler(name, spatial_dims=dims, in_channels=shape[1], out_channels=shape[1],
+                                     scale=scale).to(device)
+        x = torch.randn(*shape, device=device)
+        x_grad = x.clone().requires_grad_(True)
+
+        def fwd_bwd():
+            y = block(x_grad)
+            y.backward(torch.ones_like(y))
+
+        with torch.no_grad():
+            forward = time_call(lambda: block(x), warmup=2, runs=runs, device=device)
+        both = time_call(fwd_bwd, warmup=2, runs=runs, device=device)
+        rows.append({
+            "block": name,
+            "params": sum(p.numel() for p in block.parameters()),
+            "gflops": count_flops(block, x) / 1e9,
+            "forward_ms": forward.median * 1e3,
+            "fwd_bwd_ms": both.median * 1e3,
+            "peak_mib": peak_memory(fwd_bwd, device=device).mib,
+            "checkerboard": checkerboard_score(block.cpu(), (2, shape[1], *[min(s, 32) for s in shape[2:]])),
+        })
+        block.to(device)
+    return rows
+
+
+def bench_model(
+    model: nn.Module,
+    input_shape: Sequence[int],
+    *,
+    device: str = "cpu",
+    runs: int = 10,
+    amp: str = "none",
+    channels_last: bool = False,
+) -> dict[str, Any]:
+    """FPS (inference) and peak memory of inference and of a training step, with and without gradient
+    checkpointing where the model supports it."""
+    import torch.nn.functional as F
+
+    fps = measure_fps(model, tuple(input_shape), device=device, iters=runs, amp=amp, channels_last=channels_last)
+    x = torch.randn(*input_shape, device=device)
+    model.to(device)
+
+    def infer():
+        with torch.inference_mode():
+            model.eval()(x)
+
+    def train_step():
+        model.train()
+        out = model(x)
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        target = torch.zeros(out.shape[0], *out.shape[2:], dtype=torch.long, device=device)
+        F.cross_entropy(out.float(), target).backward() if out.ndim > 2 else out.float().mean().backward()
+        model.zero_grad(set_to_none=True)
+
+    def measured(fn) -> float:
+        fn()  # warm-up: lazy initialisation and first-call allocations out of the measurement
+        return max(peak_memory(fn, device=device).mib for _ in range(2))
+
+    result = {**fps, "peak_inference_mib": measured(infer), "peak_train_mib": measured(train_step),
+              "memory_method": peak_memory(lambda: None, device=device).method}
+    if hasattr(model, "checkpointing"):
+        previous = model.checkpointing
+        model.checkpointing = True
+        try:
+            result["peak_train_checkpointing_mib"] = measured(train_step)
+        finally:
+            model.checkpointing = previous
+    result["params"] = sum(p.numel() for p in model.parameters())
+    return result
+
+
+def compare_upsamplers(
+    recipe: Any,
+    upsamplers: Sequence[str],
+    out_dir: str | Path,
+    *,
+    device: str = "cpu",
+    fps_runs: int = 5,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Train and evaluate the recipe once per upsampler, with the same budget and seed, into
+    ``out_dir/<upsampler>``; returns one row per upsampler (mIoU, FPS, peak training memory, params)."""
+    from dataclasses import replace
+
+    from upzoo.models import ModelSpec
+    from upzoo.train.segmentation import build_segmentation_model, train_segmentation
+
+    out_dir = Path(out_dir)
+    rows = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(upsamplers, desc="variants", unit="variant")
+    for name in upsamplers:
+        if bar is not None:
+            bar.set_postfix(upsampler=name)
+        spec = ModelSpec.from_dict({**recipe.model.to_dict(), "upsampler": name})
+        variant = replace(recipe, model=spec)
+        summary = train_segmentation(variant, out_dir / name, progress=False)
+        from upzoo.data.factory import build_datasets
+
+        bundle = build_datasets(variant.data, task="segmentation", num_classes=spec.options.get("num_classes"))
+        model, _ = build_segmentation_model(variant, bundle)
+        sample = bundle.val[0]["image"] if bundle.val is not None else bundle.train[0]["image"]
+        shape = (1, *sample.shape) if variant.data.kind != "volumes" else (1, sample.shape[0], *variant.data.crop_size)
+        measured = bench_model(model, shape, device=device, runs=fps_runs)
+        rows.append({"upsampler": name, "miou": (summary.get("val") or {}).get("miou", float("nan")),
+                     "fps": measured["fps"], "peak_train_mib": measured["peak_train_mib"],
+                     "params": measured["params"], "steps": summary["steps"], "input": list(shape)})
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return rows
+
+
+def bar_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
+    """mIoU, FPS and peak memory per upsampler as one PNG of three bar charts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["upsampler"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for ax, key, title in zip(axes, ("miou", "fps", "peak_train_mib"), ("val mIoU", "FPS (inference)",
+                                                                         "peak training memory (MiB)")):
+        ax.bar(names, [r[key] for r in rows], color="#4c72b0")
+        ax.set_title(title)
+        ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def environment_line(device: str) -> str:
+    env = environment(device)
+    return f"{env['device']}, torch {env['torch']}, {env['threads']} threads"
