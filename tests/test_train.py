@@ -259,3 +259,14 @@ def test_quickstart_reaches_a_miou_well_above_a_trivial_baseline(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout)
     assert summary["val"]["miou"] > 0.35 and summary["val"]["pixel_accuracy"] > 0.85
+
+
+def test_mixed_precision_channels_last_dice_and_every_schedule(cache, tmp_path):
+    for i, (optimizer, schedule) in enumerate([("sgd", "cosine"), ("adam", "constant"), ("adamw", "poly")]):
+        recipe = parse_recipe(tiny(cache, max_steps=2, amp="bf16", channels_last=True, loss="ce+dice",
+                                   optimizer=optimizer, schedule=schedule, warmup_steps=1, grad_clip=1.0))
+        summary = train_segmentation(recipe, tmp_path / f"run{i}", progress=False)
+        assert summary["steps"] == 2 and summary["last_loss"] == summary["last_loss"]  # finite, not NaN
+    with pytest.raises(ConfigError, match="train.amp 'fp16' needs CUDA"):
+        train_segmentation(parse_recipe(tiny(cache, max_steps=1, amp="fp16", device="cpu")), tmp_path / "fp16",
+                           progress=False)
