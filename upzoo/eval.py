@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from upzoo.errors import ConfigError
 from upzoo.models import ModelSpec, build_model
 from upzoo.train.checkpoint import load_checkpoint

@@ -154,6 +154,21 @@ def _blur_at_lattice_adjoint(grad: torch.Tensor, plan: _Plan, into: torch.Tensor
         grad = target
 
 
+def _like_outside_lattice(src: torch.Tensor, plan: _Plan) -> torch.Tensor:
+    """A new tensor equal to ``src`` off the lattice; the lattice entries are left for the caller.
+
+    For a box lattice (stride 1) only the border slabs are copied instead of the whole tensor."""
+    if any(step != 1 for _, _, step in plan.lattice):
+        return src.clone()
+    out = torch.empty_like(src)
+    for axis, (first, count, _) in enumerate(plan.lattice):
+        dim, size = axis + 2, src.shape[axis + 2]
+        for begin, length in ((0, first), (first + count, size - first - count)):
+            if length:
+                out.narrow(dim, begin, length).copy_(src.narrow(dim, begin, length))
+    return out
+
+
 def _pad(x: torch.Tensor, plan: _Plan) -> torch.Tensor:
     if plan.border == "valid" or not any(plan.pads):
         return x
@@ -187,7 +202,7 @@ class _MaskedBlurFunction(torch.autograd.Function):
         xs = x[index]
         blurred = _blur_at_lattice(_pad(x, plan), plan)
         mask_s = mask.expand(x.shape)[index] if mask is not None else None
-        out = x.clone()
+        out = _like_outside_lattice(x, plan)
         # lerp is exact at weights 0 and 1, so hard decisions copy the blurred or the kept value
         torch.lerp(xs, blurred, _blend_weight(xs, mask_s, threshold, soft), out=out[index])
         ctx.save_for_backward(x, mask)  # the input (and the user's mask): nothing new is kept
@@ -204,8 +219,8 @@ class _MaskedBlurFunction(torch.autograd.Function):
         w = _blend_weight(xs, mask_s, threshold, soft)
         w_is_scratch = mask is None and soft is None  # a fresh 0/1 tensor not needed after this
         grad_blur = w.mul_(gs) if w_is_scratch else gs * w
-        grad_x = grad_out.clone()
-        grad_x[index].sub_(grad_blur)  # kept share of the direct path: gs * (1 - w)
+        grad_x = _like_outside_lattice(grad_out, plan)
+        torch.sub(gs, grad_blur, out=grad_x[index])  # kept share of the direct path: gs * (1 - w)
         grad_mask = None
         mask_needs_grad = mask is not None and ctx.needs_input_grad[1]
         if soft is not None or mask_needs_grad:

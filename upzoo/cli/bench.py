@@ -1,0 +1,118 @@
+"""``upzoo bench``: blocks, a recipe's model, and upsamplers compared by training."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from upzoo.cli.common import check_device, data_spacing, default_run_dir, emit_rows, parse_scale, parse_shape
+from upzoo.cli.group import CONTEXT, cli
+from upzoo.errors import UpzooError
+
+
+@cli.group(context_settings=CONTEXT)
+def bench() -> None:
+    """Measure blocks and models: parameters, FLOPs, time, FPS, memory, checkerboard artifacts."""
+
+
+@bench.command("blocks")
+@click.option("--shape", default="8x64x64x64", help="Input (B, C, *spatial); 3D with five numbers.")
+@click.option("--scale", default="2", help="Int or per-axis, e.g. 1,2,2.")
+@click.option("--device", default="cpu", help="cpu or cuda.")
+@click.option("--runs", type=int, default=5, help="Timed runs per measurement.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV output.")
+def bench_blocks_command(shape: str, scale: str, device: str, runs: int, as_json: bool, as_csv: bool) -> None:
+    """Every registered upsampler at one input: params, GFLOPs, forward and forward+backward time,
+    peak memory of forward+backward, and the checkerboard score of the fresh block."""
+    from upzoo.bench.compare import BLOCK_COLUMNS, bench_blocks, environment_line
+
+    check_device(device)
+    dims = parse_shape(shape, "--shape")
+    click.echo(f"{environment_line(device)}; input {shape}, scale {scale}, median of {runs}", err=True)
+    rows = bench_blocks(dims, scale=parse_scale(scale), device=device, runs=runs,
+                        progress=lambda name: click.echo(f"measuring {name} ...", err=True))
+    emit_rows(rows, BLOCK_COLUMNS, as_json, as_csv)
+
+
+@bench.command("model")
+@click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
+@click.option("--input", "input_shape", default=None, help="Input shape [default: batch 1 at the crop size].")
+@click.option("--device", default="cpu", help="cpu or cuda.")
+@click.option("--runs", type=int, default=10, help="Timed iterations.")
+@click.option("--amp", type=click.Choice(["none", "bf16", "fp16"]), default="none", help="Autocast dtype.")
+@click.option("--channels-last", is_flag=True, help="channels_last memory format.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+def bench_model_command(recipe: str, input_shape: str | None, device: str, runs: int, amp: str, channels_last: bool,
+                        as_json: bool) -> None:
+    """FPS and peak memory (inference, training step, with checkpointing) of RECIPE's model."""
+    import torch
+
+    from upzoo.bench.compare import bench_model
+    from upzoo.models import build_model
+    from upzoo.train.recipe import load_recipe
+
+    check_device(device)
+    loaded = load_recipe(recipe)
+    spec = loaded.model
+    if spec.options.get("strides") == "auto":
+        spec = spec.resolve_auto_strides(data_spacing(loaded), loaded.data.crop_size or (64,) * 3)
+    model = build_model(spec)
+    if input_shape is not None:
+        shape = parse_shape(input_shape, "--input")
+    elif spec.architecture == "dcgan":
+        shape = (64, spec.options["latent_dim"])
+    else:
+        crop = loaded.data.crop_size or loaded.data.synthetic_size or (256, 512)
+        shape = (1, spec.options.get("in_channels", 3), *crop)
+    torch.manual_seed(0)
+    result = bench_model(model, shape, device=device, runs=runs, amp=amp, channels_last=channels_last)
+    if as_json:
+        click.echo(json.dumps(result, indent=2, default=str))
+        return
+    click.echo(f"{result['device']}, torch {result['torch']}, {result['threads']} threads; input {shape}")
+    click.echo(f"FPS {result['fps']:.2f} (latency median {result['latency_ms']:.1f} ms, "
+               f"q1-q3 {result['latency_q1_ms']:.1f}-{result['latency_q3_ms']:.1f} ms over {runs} runs)")
+    click.echo(f"peak memory: inference {result['peak_inference_mib']:.0f} MiB, training step "
+               f"{result['peak_train_mib']:.0f} MiB"
+               + (f", with checkpointing {result['peak_train_checkpointing_mib']:.0f} MiB"
+                  if "peak_train_checkpointing_mib" in result else "")
+               + f" ({result['memory_method']})")
+    click.echo(f"parameters: {result['params']:,}")
+
+
+@bench.command("compare")
+@click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
+@click.option("--upsamplers", required=True, help="Comma-separated registered names, e.g. transposed,dysample.")
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a recipe value.")
+@click.option("--out", "out_dir", default=None, help="Folder for the runs, table and chart [default: runs/compare-<time>].")
+@click.option("--device", default="cpu", help="Device for the FPS and memory measurements.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV output.")
+def bench_compare_command(recipe: str, upsamplers: str, overrides: tuple[str, ...], out_dir: str | None, device: str,
+                          as_json: bool, as_csv: bool) -> None:
+    """Train and evaluate RECIPE once per upsampler (same budget and seed): upsampler | mIoU | FPS |
+    peak memory | params, as a table plus compare.png, compare.csv and compare.json in --out."""
+    from pathlib import Path
+
+    from upzoo.bench.compare import COMPARE_COLUMNS, bar_chart, compare_upsamplers
+    from upzoo.registry import upsampler_info
+    from upzoo.tables import render_table
+    from upzoo.train.recipe import load_recipe
+
+    check_device(device)
+    names = [n.strip() for n in upsamplers.split(",") if n.strip()]
+    for name in names:
+        upsampler_info(name)  # unknown names fail before any training
+    loaded = load_recipe(recipe, overrides)
+    if loaded.task != "segmentation":
+        raise UpzooError("bench compare trains segmentation recipes (mIoU); GAN recipes log checkerboard scores")
+    out = Path(out_dir or default_run_dir("compare"))
+    rows = compare_upsamplers(loaded, names, out, device=device)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.csv").write_text(render_table(rows, COMPARE_COLUMNS, "csv") + "\n")
+    (out / "compare.json").write_text(render_table(rows, COMPARE_COLUMNS + ["steps", "input"], "json") + "\n")
+    bar_chart(rows, out / "compare.png")
+    click.echo(f"runs, compare.csv/json and compare.png in {out}", err=True)
+    emit_rows(rows, COMPARE_COLUMNS, as_json, as_csv)

@@ -1,0 +1,84 @@
+"""Parsing and loading helpers shared by the commands."""
+
+from __future__ import annotations
+
+import click
+
+from upzoo.errors import UpzooError
+
+
+def parse_shape(text: str, what: str = "shape") -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.lower().split("x"))
+    except ValueError:
+        values = ()
+    if not values or any(v < 1 for v in values):
+        raise UpzooError(f"{what} must look like 1x3x512x1024 (positive ints joined by 'x'), got {text!r}")
+    return values
+
+
+def parse_scale(text: str) -> int | tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise UpzooError(f"--scale must be an int or comma-separated ints like 1,2,2, got {text!r}") from None
+    return values[0] if len(values) == 1 else values
+
+
+def parse_options(pairs: tuple[str, ...]) -> dict:
+    import yaml
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UpzooError(f"options are key=value, got {pair!r}")
+        options[key] = yaml.safe_load(value)
+    return options
+
+
+def load_meta_model(recipe: str):
+    """Build the recipe's model on the meta device (no memory, no weights); ``strides: auto`` is
+    planned from the recipe's data (the synthetic spacing, or the first volume's header)."""
+    import torch
+
+    from upzoo.models import build_model
+    from upzoo.train.recipe import load_recipe
+
+    loaded = load_recipe(recipe)
+    spec = loaded.model
+    if spec.options.get("strides") == "auto":
+        spec = spec.resolve_auto_strides(data_spacing(loaded), loaded.data.crop_size or (64,) * 3)
+    with torch.device("meta"):
+        return build_model(spec)
+
+
+def data_spacing(recipe) -> tuple[float, ...]:
+    if recipe.data.root is None:
+        return tuple(recipe.data.synthetic_spacing)
+    from upzoo.data.volumes import VolumeDataset
+
+    return VolumeDataset(recipe.data.root, "train").spacing(0)
+
+
+def check_device(device: str) -> None:
+    import torch
+
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise UpzooError(f"--device must be cpu or cuda, got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UpzooError("--device cuda: no CUDA device is available here; use --device cpu")
+
+
+def emit_rows(rows: list[dict], columns: list[str], as_json: bool, as_csv: bool) -> None:
+    from upzoo.tables import render_table
+
+    click.echo(render_table(rows, columns, "json" if as_json else "csv" if as_csv else "markdown"))
+
+
+def default_run_dir(recipe: str | None) -> str:
+    import time
+    from pathlib import Path
+
+    stem = Path(recipe).stem if recipe else "run"
+    return str(Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -1,0 +1,40 @@
+"""The ``upzoo`` click group and ``upzoo list``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from upzoo.errors import UpzooError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True}
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(package_name="upzoo")
+def cli() -> None:
+    """upzoo: pluggable upsamplers for U-Nets and GANs, with shape, speed and artifact tools."""
+
+
+@cli.command("list")
+@click.argument("pattern", default="*")
+@click.option("--kind", type=click.Choice(["upsampler", "post_filter"]), default=None, help="Only this kind.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_command(pattern: str, kind: str | None, as_json: bool) -> None:
+    """List the registered blocks whose names match PATTERN.
+
+    PATTERN takes shell wildcards, for example '*shuffle*'.
+    """
+    from upzoo.registry import describe_blocks, list_upsamplers
+
+    rows = describe_blocks(pattern, kind=kind)
+    if not rows:
+        raise UpzooError(f"no block matches {pattern!r}; registered: {', '.join(list_upsamplers())}")
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    from upzoo.tables import render_table
+
+    click.echo(render_table(rows, ["name", "kind", "dims", "params", "description"]))
+    click.echo("params: learned parameters at 64 -> 64 channels, scale 2, 2D (3D where 2D is not supported)", err=True)

@@ -1,0 +1,140 @@
+"""``upzoo shapes``: output shapes, per-layer traces, valid input sizes, transposed-conv parameters."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from upzoo.cli.common import load_meta_model, parse_options, parse_scale, parse_shape
+from upzoo.cli.group import CONTEXT, cli
+from upzoo.errors import UpzooError
+
+
+@cli.group(context_settings=CONTEXT)
+def shapes() -> None:
+    """Output shapes, per-layer traces and valid input sizes, computed without running a model."""
+
+
+@shapes.command("block")
+@click.argument("name")
+@click.option("--input", "input_shape", required=True, help="Input shape, e.g. 1x32x16x33x47.")
+@click.option("--scale", default="2", help="Int or per-axis, e.g. 1,2,2.")
+@click.option("--out-channels", type=int, default=None, help="Output channels [default: the input's].")
+@click.option("-o", "--option", "options", multiple=True, help="Block option key=value (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def shapes_block(name: str, input_shape: str, scale: str, out_channels: int | None, options: tuple[str, ...],
+                 as_json: bool) -> None:
+    """Output shape of registered block NAME for an input shape (analytic, no forward pass)."""
+    from upzoo.registry import create_upsampler, upsampler_info
+
+    shape = parse_shape(input_shape, "--input")
+    if len(shape) < 3:
+        raise UpzooError(f"--input needs (B, C, *spatial), got {input_shape!r}")
+    info = upsampler_info(name)
+    block = create_upsampler(
+        name, spatial_dims=len(shape) - 2, in_channels=shape[1], out_channels=out_channels or shape[1],
+        scale=1 if info.kind == "post_filter" else parse_scale(scale), **parse_options(options),
+    )
+    out = block.output_shape(shape)
+    if as_json:
+        click.echo(json.dumps({"block": name, "input": shape, "output": out, "scale": block.scale}))
+    else:
+        from upzoo.layers import format_shape
+
+        click.echo(f"{name}: {format_shape(shape)} -> {format_shape(out)} (scale {'x'.join(map(str, block.scale))})")
+
+
+@shapes.command("model")
+@click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
+@click.option("--input", "input_shape", required=True, help="Input shape, e.g. 1x3x512x1024.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def shapes_model(recipe: str, input_shape: str, as_json: bool) -> None:
+    """Per-layer table (layer, output shape, parameters) of RECIPE's model on the meta device."""
+    from upzoo.shapes import trace
+    from upzoo.tables import render_table
+
+    rows = trace(load_meta_model(recipe), parse_shape(input_shape, "--input"))
+    table = [{"layer": r.name, "type": r.layer, "output": r.output_shape, "params": r.params} for r in rows]
+    if as_json:
+        click.echo(json.dumps(table, indent=2))
+        return
+    click.echo(render_table(table, ["layer", "type", "output", "params"]))
+    total = sum(r.params for r in rows)
+    click.echo(f"{len(rows)} layers, {total:,} parameters in the traced layers", err=True)
+
+
+@shapes.command("check")
+@click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
+@click.option("--size", default=None, help="Spatial size to check, e.g. 350x525.")
+@click.option("--range", "size_range", default=None, help="List the valid sizes in LOW:HIGH on one axis.")
+@click.option("--axis", type=int, default=0, help="Axis for --range.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: int, as_json: bool) -> None:
+    """Which input sizes RECIPE's model accepts: the rule per axis, a size's verdict, or a range."""
+    from upzoo.shapes import ShapeSolver
+
+    if (size is None) == (size_range is None):
+        raise UpzooError("give exactly one of --size and --range")
+    model = load_meta_model(recipe)
+    solver = ShapeSolver(model)
+    rules = [solver.rule(a) for a in range(solver.spatial_dims)]
+    policy = getattr(model, "input_policy", None)
+    result: dict = {"path": solver.path, "reason": solver.reason or None, "input_policy": policy,
+                    "rules": [r.describe() if r else "irregular" for r in rules]}
+    if size is not None:
+        checks = solver.check(parse_shape(size, "--size"))
+        result["axes"] = [{"axis": c.axis, "size": c.size, "valid": c.valid, "below": c.below, "above": c.above,
+                           "padding": c.padding} for c in checks]
+    else:
+        low, _, high = size_range.partition(":")
+        try:
+            low_i, high_i = int(low), int(high)
+        except ValueError:
+            raise UpzooError(f"--range must look like 256:2048, got {size_range!r}") from None
+        if not 0 <= axis < solver.spatial_dims or low_i > high_i:
+            raise UpzooError(f"--axis must be in 0..{solver.spatial_dims - 1} and LOW <= HIGH")
+        result["axis"], result["valid_sizes"] = axis, solver.valid_sizes(axis, low_i, high_i)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    how = "analytic stride arithmetic" if solver.path == "analytic" else f"probing on the meta device ({solver.reason})"
+    click.echo(f"path: {how}", err=True)
+    for a, rule in enumerate(result["rules"]):
+        click.echo(f"axis {a}: {rule}")
+    if "axes" in result:
+        for c in result["axes"]:
+            verdict = "valid" if c["valid"] else (
+                f"invalid; nearest valid: {c['below']} below, {c['above']} above (pad {c['padding']})")
+            click.echo(f"size {c['size']} on axis {c['axis']}: {verdict}")
+        if policy == "pad" and not all(c["valid"] for c in result["axes"]):
+            click.echo("input_policy 'pad': the model pads such inputs to the sizes above and crops the output back")
+    else:
+        sizes = result["valid_sizes"]
+        click.echo(f"{len(sizes)} valid sizes in {size_range} on axis {axis}: {' '.join(map(str, sizes))}")
+
+
+@shapes.command("solve")
+@click.option("--in", "in_size", type=int, required=True, help="Input size on the axis.")
+@click.option("--out", "out_size", type=int, default=None, help="Wanted output size.")
+@click.option("--scale", type=int, default=None, help="Wanted scale instead of --out.")
+@click.option("--stride", type=int, required=True, help="Stride of the transposed conv.")
+@click.option("--max-kernel", type=int, default=None, help="Largest kernel to consider [default: 2*stride+1].")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def shapes_solve(in_size: int, out_size: int | None, scale: int | None, stride: int, max_kernel: int | None,
+                 as_json: bool) -> None:
+    """Transposed-conv (kernel, padding, output_padding, dilation) reaching an exact output size."""
+    from upzoo.shapes import solve_transposed
+    from upzoo.tables import render_table
+
+    solutions = solve_transposed(in_size, out_size, stride=stride, scale=scale, max_kernel=max_kernel)
+    rows = [s.to_dict() for s in solutions]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        raise UpzooError(f"no transposed conv with stride {stride} turns {in_size} into "
+                         f"{out_size or in_size * (scale or 1)}; try another stride or a larger --max-kernel")
+    for row in rows:
+        row["checkerboard risk"] = "yes (uneven overlap)" if row.pop("uneven_overlap") else "no"
+    click.echo(render_table(rows, ["kernel_size", "padding", "output_padding", "dilation", "checkerboard risk"]))

@@ -1,0 +1,138 @@
+"""``upzoo train`` and ``upzoo eval``."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from upzoo.cli.common import default_run_dir
+from upzoo.cli.group import cli
+from upzoo.errors import UpzooError
+
+
+def _launch_torchrun(nproc: int, args: list[str]) -> int:
+    """Re-run this command under torchrun with ``nproc`` processes (gloo on CPU, NCCL on CUDA)."""
+    import subprocess
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "upzoo", *args]
+    click.echo(f"launching: {' '.join(command)}", err=True)
+    return subprocess.call(command)
+
+
+def _resume_recipe(run_dir, recipe: str | None, overrides: tuple[str, ...]):
+    """The recipe to continue ``run_dir`` with: its stored model and data, and the train/eval
+    sections of RECIPE (or the stored ones) with ``--set`` overrides, e.g. to train longer."""
+    import yaml
+
+    from upzoo.train.recipe import apply_overrides, parse_recipe
+
+    stored_path = run_dir / "recipe.yaml"
+    if not stored_path.is_file():
+        raise UpzooError(f"{run_dir} has no recipe.yaml: is it an upzoo run folder?")
+    stored = yaml.safe_load(stored_path.read_text())
+    given = stored
+    if recipe is not None:
+        try:
+            given = yaml.safe_load(open(recipe, encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise UpzooError(f"{recipe}: invalid YAML ({exc})") from None
+    given = apply_overrides(given, overrides)
+    effective = {**given, "model": stored["model"], "data": stored["data"]}
+    for section in ("model", "data"):
+        theirs, ours = parse_recipe(given, source=recipe).to_dict()[section], stored[section]
+        if section == "model" and theirs.get("strides") == "auto":
+            theirs = {**theirs, "strides": ours.get("strides")}
+        if theirs != ours:
+            changed = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+            raise UpzooError(f"resuming {run_dir} cannot change {section}.{changed[0]}; only train and eval "
+                             f"settings may change, or start a new run")
+    return parse_recipe(effective, source=str(stored_path))
+
+
+@cli.command("train")
+@click.argument("recipe", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a recipe value, e.g. --set model.upsampler=pixel_shuffle (repeatable).")
+@click.option("--resume", "resume_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Continue the run in this folder from its last.pt.")
+@click.option("--out", "out_dir", default=None, help="Run folder [default: runs/<recipe>-<time>].")
+@click.option("--nproc", type=int, default=1, help="Processes for DistributedDataParallel (launches torchrun).")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+def train_command(recipe: str | None, overrides: tuple[str, ...], resume_dir: str | None, out_dir: str | None,
+                  nproc: int, no_progress: bool, as_json: bool) -> None:
+    """Train RECIPE (segmentation or GAN) into a run folder, or --resume one.
+
+    The run folder holds recipe.yaml (resolved), metrics.csv, last.pt (and best.pt for
+    segmentation), PNG curves, prediction grids or GAN samples, and summary.json. Ctrl-C stops after
+    the current step and saves last.pt; continue with --resume RUN_DIR.
+    """
+    import os
+    from pathlib import Path
+
+    from upzoo.train.recipe import load_recipe
+
+    if recipe is None and resume_dir is None:
+        raise UpzooError("give a RECIPE to train, or --resume RUN_DIR to continue a run")
+    if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        out = resume_dir or out_dir or default_run_dir(recipe)
+        args = ["train"] + ([recipe] if recipe else []) + [a for o in overrides for a in ("--set", o)]
+        args += ["--resume", out] if resume_dir else ["--out", out]
+        args += ["--no-progress"] if no_progress else []
+        sys.exit(_launch_torchrun(nproc, args))
+    if resume_dir is not None:
+        loaded = _resume_recipe(Path(resume_dir), recipe, overrides)
+        run_dir = resume_dir
+    else:
+        loaded = load_recipe(recipe, overrides)
+        run_dir = out_dir or default_run_dir(recipe)
+        if (Path(run_dir) / "last.pt").exists():
+            raise UpzooError(f"{run_dir} already holds a run; use --resume {run_dir} or another --out")
+    if loaded.task == "gan":
+        from upzoo.train.gan import train_gan as run
+    else:
+        from upzoo.train.segmentation import train_segmentation as run
+    summary = run(loaded, run_dir, resume=resume_dir is not None, progress=not no_progress)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, default=float))
+    else:
+        click.echo(f"run folder: {summary['run_dir']}")
+        click.echo(f"steps: {summary['steps']} of {summary['total_steps']}")
+        val = summary.get("val") or {}
+        if val:
+            click.echo(f"val mIoU: {val['miou']:.4f}  pixel accuracy: {val['pixel_accuracy']:.4f}  "
+                       f"mean Dice: {val['mean_dice']:.4f}  (best mIoU {summary['best_miou']:.4f})")
+        if "checkerboard" in summary:
+            click.echo(f"checkerboard score of the samples: {summary['checkerboard']:.4f}")
+    if summary["interrupted"]:
+        click.echo(f"interrupted at step {summary['steps']}; continue with: upzoo train --resume {summary['run_dir']}",
+                   err=True)
+        sys.exit(130)
+
+
+@cli.command("eval")
+@click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
+@click.option("--checkpoint", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="A last.pt or best.pt of a run of this recipe.")
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a recipe value.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def eval_command(recipe: str, checkpoint: str, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Evaluate a segmentation CHECKPOINT on RECIPE's validation split: per-class IoU, mIoU, Dice."""
+    from upzoo.eval import evaluate_checkpoint
+    from upzoo.tables import render_table
+    from upzoo.train.recipe import load_recipe
+
+    result = evaluate_checkpoint(load_recipe(recipe, overrides), checkpoint)
+    if as_json:
+        click.echo(json.dumps(result, indent=2, default=float))
+        return
+    rows = [{"class": name, "IoU": iou, "Dice": dice}
+            for name, iou, dice in zip(result["class_names"], result["per_class_iou"], result["per_class_dice"])]
+    click.echo(render_table(rows, ["class", "IoU", "Dice"]))
+    click.echo(f"\nmIoU {result['miou']:.4f}  pixel accuracy {result['pixel_accuracy']:.4f}  "
+               f"mean Dice {result['mean_dice']:.4f}  ({result['samples']} validation samples)")
