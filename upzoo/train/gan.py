@@ -111,7 +111,7 @@ def train_gan(
             if done_in_epoch >= steps_per_epoch:
                 epoch, done_in_epoch = epoch + 1, 0
             sampler.set_epoch(epoch, start=done_in_epoch * data_cfg.batch_size)
-            bundle.train.epoch = epoch
+            bundle.train.seed, bundle.train.epoch = cfg.seed, epoch  # per-sample augmentation seeds
             loader = DataLoader(bundle.train, batch_size=data_cfg.batch_size, sampler=sampler,
                                 num_workers=data_cfg.num_workers, drop_last=True)
             for batch in loader:

@@ -183,7 +183,7 @@ def train_segmentation(
             if done_in_epoch >= steps_per_epoch:
                 epoch, done_in_epoch = epoch + 1, 0
             sampler.set_epoch(epoch, start=done_in_epoch * data_cfg.batch_size)
-            bundle.train.epoch = epoch
+            bundle.train.seed, bundle.train.epoch = cfg.seed, epoch  # per-sample augmentation seeds
             for batch in DataLoader(bundle.train, **loader_kwargs):
                 images, masks = batch["image"].to(device, non_blocking=True), batch["mask"].to(device, non_blocking=True)
                 if cfg.channels_last:
