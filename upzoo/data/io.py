@@ -26,7 +26,7 @@ def _open(path: Path) -> Image.Image:
 
 def read_image(path: str | Path) -> np.ndarray:
     """An RGB image as ``(H, W, 3)`` uint8."""
-    return np.asarray(_open(Path(path)).convert("RGB"))
+    return np.array(_open(Path(path)).convert("RGB"))  # a writable copy
 
 
 def read_label(path: str | Path) -> np.ndarray:
@@ -39,7 +39,7 @@ def read_label(path: str | Path) -> np.ndarray:
     img = _open(path)
     if img.mode not in ("L", "P", "I", "I;16", "1"):
         raise DataError(f"{path}: a label map has one channel, got mode {img.mode!r}")
-    array = np.asarray(img)
+    array = np.array(img)
     if array.max(initial=0) > 255:
         raise DataError(f"{path}: label values above 255 ({int(array.max())})")
     return array.astype(np.uint8)

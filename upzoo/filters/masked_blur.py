@@ -117,16 +117,22 @@ def _axis_slice(ndim: int, axis: int, start: int, count: int, step: int) -> tupl
     return tuple(index)
 
 
-def _blur_at_lattice(xp: torch.Tensor, plan: _Plan) -> torch.Tensor:
-    """Separable blur of ``xp`` (padded unless ``valid``), evaluated at the lattice positions only."""
-    t = xp
+def _blur_at_lattice(xp: torch.Tensor, plan: _Plan, out: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """Separable blur of ``xp`` (padded unless ``valid``), evaluated at the lattice positions only.
+
+    The last axis' pass writes into ``out`` when given. Returns the passes' results, the blurred
+    lattice last; the earlier ones are scratch the caller may reuse."""
+    t, results = xp, []
+    last = len(plan.taps) - 1
     for axis, (taps, (_, count, step)) in enumerate(zip(plan.taps, plan.lattice)):
         dim, start = axis + 2, plan.window_start(axis)
-        acc = t[_axis_slice(t.ndim, dim, start, count, step)] * taps[0]
+        first = t[_axis_slice(t.ndim, dim, start, count, step)]
+        acc = torch.mul(first, taps[0], out=out) if (axis == last and out is not None) else first * taps[0]
         for j in range(1, len(taps)):
             acc.add_(t[_axis_slice(t.ndim, dim, start + j, count, step)], alpha=taps[j])
+        results.append(acc)
         t = acc
-    return t
+    return results
 
 
 def _blur_at_lattice_adjoint(grad: torch.Tensor, plan: _Plan, into: torch.Tensor) -> None:
@@ -182,7 +188,9 @@ def _unpad_grad(gp: torch.Tensor, x: torch.Tensor, plan: _Plan) -> torch.Tensor:
     return _PAD_BACKWARD[(plan.border, x.ndim - 2)](gp, x, plan.pad_list)
 
 
-def _blend_weight(xs: torch.Tensor, mask_s: torch.Tensor | None, threshold: float, soft: float | None) -> torch.Tensor:
+def _blend_weight(
+    xs: torch.Tensor, mask_s: torch.Tensor | None, threshold: float, soft: float | None, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Weight in [0, 1] of the blurred value at the lattice positions, in the input's dtype.
 
     Hard decisions are 0/1 floats rather than bools: on the CPU, comparisons into a float ``out``
@@ -191,7 +199,7 @@ def _blend_weight(xs: torch.Tensor, mask_s: torch.Tensor | None, threshold: floa
     if mask_s is not None:
         return mask_s.to(xs.dtype)
     if soft is None:
-        return torch.ge(xs, threshold, out=torch.empty(xs.shape, dtype=xs.dtype, device=xs.device))
+        return torch.ge(xs, threshold, out=out if out is not None else torch.empty_like(xs, memory_format=torch.contiguous_format))
     return torch.sigmoid((xs - threshold) / soft)
 
 
@@ -200,11 +208,15 @@ class _MaskedBlurFunction(torch.autograd.Function):
     def forward(ctx, x, mask, plan: _Plan, threshold: float, soft: float | None):  # type: ignore[override]
         index = plan.index
         xs = x[index]
-        blurred = _blur_at_lattice(_pad(x, plan), plan)
         mask_s = mask.expand(x.shape)[index] if mask is not None else None
         out = _like_outside_lattice(x, plan)
+        target = out[index]
+        passes = _blur_at_lattice(_pad(x, plan), plan, out=target)  # the blur lands in the output
+        # the first pass is free now: a view of it, shaped like the lattice, holds the hard decisions
+        scratch = passes[0][tuple(slice(0, n) for n in xs.shape)] if mask is None and soft is None else None
+        weight = _blend_weight(xs, mask_s, threshold, soft, out=scratch)
         # lerp is exact at weights 0 and 1, so hard decisions copy the blurred or the kept value
-        torch.lerp(xs, blurred, _blend_weight(xs, mask_s, threshold, soft), out=out[index])
+        torch.lerp(xs, target, weight, out=target)
         ctx.save_for_backward(x, mask)  # the input (and the user's mask): nothing new is kept
         ctx.plan, ctx.threshold, ctx.soft = plan, threshold, soft
         return out
@@ -224,7 +236,7 @@ class _MaskedBlurFunction(torch.autograd.Function):
         grad_mask = None
         mask_needs_grad = mask is not None and ctx.needs_input_grad[1]
         if soft is not None or mask_needs_grad:
-            difference = _blur_at_lattice(_pad(x, plan), plan) - xs
+            difference = _blur_at_lattice(_pad(x, plan), plan)[-1] - xs
             if soft is not None:  # d w / d x through the sigmoid
                 grad_x[index].add_(gs * difference * (w * (1 - w) / soft))
             if mask_needs_grad:
