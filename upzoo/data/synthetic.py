@@ -10,11 +10,13 @@ the embedded defaults and real datasets.
   folder with ``dataset.json``.
 
 Both are generated once into a cache folder and reused; a folder without its completion marker
-(an interrupted generation) is generated again.
+(an interrupted generation) is generated again, and a file lock lets one process (of several DDP
+ranks or parallel runs) write while the others wait.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -42,10 +44,15 @@ def _cached(kind: str, params: dict, cache_dir: str | Path | None, write) -> Pat
     marker = root / _MARKER
     if marker.is_file():
         return root
-    if root.exists():
-        shutil.rmtree(root)  # an interrupted generation: start again
-    write(root)
-    marker.write_text(json.dumps(params, indent=2))
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:  # one writer (DDP ranks, parallel runs)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.is_file():  # another process finished it while we waited
+            return root
+        if root.exists():
+            shutil.rmtree(root)  # an interrupted generation: start again
+        write(root)
+        marker.write_text(json.dumps(params, indent=2))
     return root
 
 

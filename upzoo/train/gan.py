@@ -120,7 +120,8 @@ def train_gan(
                 z = torch.randn(n, latent, device=device)
                 with autocast(cfg.amp, device):
                     fake = g_net(z)
-                    logits_real, logits_fake = d_net(real), d_net(fake.detach())
+                    # one discriminator forward for real and fake: DDP expects one forward per backward
+                    logits_real, logits_fake = d_net(torch.cat([real, fake.detach()])).split([n, n])
                     loss_d = (F.binary_cross_entropy_with_logits(logits_real.float(), torch.ones_like(logits_real.float()))
                               + F.binary_cross_entropy_with_logits(logits_fake.float(), torch.zeros_like(logits_fake.float())))
                 check_finite(float(loss_d.detach()), step + 1, "the discriminator loss", run.path)
