@@ -77,6 +77,9 @@ def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: in
     if (size is None) == (size_range is None):
         raise UpzooError("give exactly one of --size and --range")
     model = load_meta_model(recipe)
+    if not hasattr(model, "encoder"):
+        raise UpzooError(f"{recipe}: shapes check answers for segmentation models with spatial inputs; "
+                         f"a {type(model).__name__} takes latent vectors (use shapes model --input BxLATENT)")
     solver = ShapeSolver(model)
     rules = [solver.rule(a) for a in range(solver.spatial_dims)]
     policy = getattr(model, "input_policy", None)

@@ -20,7 +20,7 @@ from upzoo.errors import ConfigError, TrainingError
 
 __all__ = [
     "seed_everything", "pick_device", "build_optimizer", "build_scheduler", "autocast", "needs_grad_scaler",
-    "rng_state", "restore_rng_state", "RunFolder", "StopFlag", "check_finite", "check_finite_parameters",
+    "rng_state", "restore_rng_state", "RunFolder", "StopFlag", "Throughput", "check_finite", "check_finite_parameters",
 ]
 
 
