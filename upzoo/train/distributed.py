@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-__all__ = ["DistContext", "init_distributed", "ResumableSampler", "all_reduce_mean", "broadcast_object",
+__all__ = ["DistContext", "init_distributed", "finish_distributed", "ResumableSampler", "all_reduce_mean", "broadcast_object",
            "sync_buffers", "any_rank"]
 
 
@@ -20,6 +20,7 @@ class DistContext:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    owns_group: bool = False  # this run created the process group and must destroy it
 
     @property
     def is_main(self) -> bool:
@@ -35,9 +36,18 @@ def init_distributed(device: torch.device) -> DistContext:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistContext()
-    if not dist.is_initialized():
+    owns = not dist.is_initialized()
+    if owns:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), owns)
+
+
+def finish_distributed(ctx: DistContext) -> None:
+    """Wait for every rank and tear down the process group this run created (a process that exits
+    with a live gloo group can abort on its way out)."""
+    if ctx.enabled and ctx.owns_group and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def all_reduce_mean(value: float, ctx: DistContext) -> float:

@@ -20,7 +20,7 @@ from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
 from upzoo.train.common import (RunFolder, StopFlag, Throughput, autocast, build_optimizer, check_finite,
                                 check_finite_parameters, pick_device,
                                 restore_rng_state, rng_state, seed_everything)
-from upzoo.train.distributed import ResumableSampler, all_reduce_mean, init_distributed, sync_buffers, any_rank
+from upzoo.train.distributed import ResumableSampler, all_reduce_mean, init_distributed, sync_buffers, any_rank, finish_distributed
 from upzoo.train.plots import plot_curves, sample_grid
 from upzoo.train.recipe import Recipe
 
@@ -172,4 +172,5 @@ def train_gan(
                "checkerboard": last_score, "seconds": time.perf_counter() - started, "run_dir": str(run.path)}
     if ctx.is_main:
         (run.path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    finish_distributed(ctx)
     return summary

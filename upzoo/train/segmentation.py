@@ -18,7 +18,7 @@ from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
 from upzoo.train.common import (RunFolder, StopFlag, Throughput, autocast, build_optimizer, build_scheduler,
                                 check_finite, check_finite_parameters, needs_grad_scaler, pick_device, restore_rng_state, rng_state,
                                 seed_everything)
-from upzoo.train.distributed import DistContext, ResumableSampler, all_reduce_mean, init_distributed, sync_buffers, any_rank
+from upzoo.train.distributed import DistContext, ResumableSampler, all_reduce_mean, init_distributed, sync_buffers, any_rank, finish_distributed
 from upzoo.train.evaluate import evaluate_segmentation
 from upzoo.train.plots import class_palette, plot_curves, prediction_grid
 from upzoo.train.recipe import Recipe
@@ -246,6 +246,7 @@ def train_segmentation(
     }
     if ctx.is_main:
         (run.path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    finish_distributed(ctx)
     return summary
 
 
