@@ -43,8 +43,8 @@ def _resume_recipe(run_dir, recipe: str | None, overrides: tuple[str, ...]):
     effective = {**given, "model": stored["model"], "data": stored["data"]}
     for section in ("model", "data"):
         theirs, ours = parse_recipe(given, source=recipe).to_dict()[section], stored[section]
-        if section == "model" and theirs.get("strides") == "auto":
-            theirs = {**theirs, "strides": ours.get("strides")}
+        if section == "model" and theirs.get("strides") == "auto":  # planned at the start of the run
+            theirs = {**theirs, "strides": ours.get("strides"), "channels": ours.get("channels")}
         if theirs != ours:
             changed = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
             raise UpzooError(f"resuming {run_dir} cannot change {section}.{changed[0]}; only train and eval "
