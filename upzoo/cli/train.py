@@ -68,7 +68,8 @@ def train_command(recipe: str | None, overrides: tuple[str, ...], resume_dir: st
 
     The run folder holds recipe.yaml (resolved), metrics.csv, last.pt (and best.pt for
     segmentation), PNG curves, prediction grids or GAN samples, and summary.json. Ctrl-C stops after
-    the current step and saves last.pt; continue with --resume RUN_DIR.
+    the current step and saves last.pt; continue with --resume RUN_DIR. With --resume, --set may change
+    train and eval settings (e.g. train.max_steps to train longer), not the model or the data.
     """
     import os
     from pathlib import Path
