@@ -287,3 +287,28 @@ def test_gan_under_ddp(cache, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "gan" / "summary.json").read_text())["steps"] == 3
     assert (tmp_path / "gan" / "samples_000003.png").is_file()
+
+
+def test_recipes_point_at_real_data_folders(cache, tmp_path):
+    """data.root: a Cityscapes folder, a decathlon-style volume folder, a plain image folder."""
+    from upzoo.data.synthetic import ensure_synthetic_cityscapes, ensure_synthetic_volumes
+
+    city = ensure_synthetic_cityscapes(tmp_path / "c", train=4, val=1, size=(64, 128), seed=5)
+    vols = ensure_synthetic_volumes(tmp_path / "v", train=3, val=1, shape=(8, 32, 32))
+    images = tmp_path / "images" / "nested"
+    images.mkdir(parents=True)
+    for src in list((city / "leftImg8bit" / "train").rglob("*.png"))[:4]:
+        (images / src.name.replace("_leftImg8bit", "")).write_bytes(src.read_bytes())
+    runs = {
+        "quickstart.yaml": [f"data.root={city}", "data.resize=null", "data.crop_size=[64,64]"],
+        "volume_unet3d_aniso.yaml": [f"data.root={vols}", "data.crop_size=[8,32,32]"],
+        "dcgan_interp_conv.yaml": ["data.kind=images", f"data.root={images.parent}", "model.base_channels=8",
+                                   "train.discriminator_base_channels=8"],
+    }
+    for name, overrides in runs.items():
+        recipe = load_recipe(ROOT / "recipes" / name, overrides + [
+            "train.max_steps=2", "data.batch_size=2", "data.num_workers=0", "train.log_every=1"])
+        assert recipe.data.root is not None
+        run = train_gan if recipe.task == "gan" else train_segmentation
+        summary = run(recipe, tmp_path / name, progress=False)
+        assert summary["steps"] == 2, name
