@@ -22,7 +22,7 @@ def pixel_shuffle_nd(x: torch.Tensor, scale: Sequence[int]) -> torch.Tensor:
     Channel ``c * prod(scale) + sub`` lands at sub-position ``sub`` (row-major over the axes) of
     channel ``c``: for 2D and an isotropic scale this is exactly :func:`torch.nn.functional.pixel_shuffle`.
 
-    >>> pixel_shuffle_nd(torch.zeros(1, 8, 3, 5, 5), (1, 2, 4)).shape
+    >>> pixel_shuffle_nd(torch.zeros(1, 16, 3, 5, 5), (1, 2, 4)).shape
     torch.Size([1, 2, 3, 10, 20])
     """
     n = len(scale)
