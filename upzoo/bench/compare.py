@@ -141,6 +141,7 @@ def compare_upsamplers(
     ``out_dir/<upsampler>``; returns one row per upsampler (mIoU, FPS, peak training memory, params)."""
     from dataclasses import replace
 
+    from upzoo.data.factory import build_datasets
     from upzoo.models import ModelSpec
     from upzoo.train.segmentation import build_segmentation_model, train_segmentation
 
@@ -157,8 +158,6 @@ def compare_upsamplers(
         spec = ModelSpec.from_dict({**recipe.model.to_dict(), "upsampler": name})
         variant = replace(recipe, model=spec)
         summary = train_segmentation(variant, out_dir / name, progress=False)
-        from upzoo.data.factory import build_datasets
-
         bundle = build_datasets(variant.data, task="segmentation", num_classes=spec.options.get("num_classes"))
         model, _ = build_segmentation_model(variant, bundle)
         sample = bundle.val[0]["image"] if bundle.val is not None else bundle.train[0]["image"]
