@@ -9,9 +9,9 @@ from typing import Iterator, Sized
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
-__all__ = ["DistContext", "init_distributed", "finish_distributed", "ResumableSampler", "all_reduce_mean", "broadcast_object",
+__all__ = ["DistContext", "init_distributed", "finish_distributed", "resumable_batches", "ResumableSampler", "all_reduce_mean", "broadcast_object",
            "sync_buffers", "any_rank"]
 
 
@@ -116,3 +116,22 @@ class ResumableSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return max(0, len(self._indices()) - self.start)
+
+
+def resumable_batches(dataset: Dataset, sampler: ResumableSampler, *, start_step: int, steps_per_epoch: int,
+                      seed: int, **loader_kwargs) -> Iterator[tuple[int, dict, bool]]:
+    """Yield ``(epoch, batch, ends_epoch)`` from optimiser step ``start_step`` on, epoch after epoch.
+
+    Each epoch's order comes from ``(seed, epoch)`` and each sample's augmentation from
+    ``(seed, epoch, index)``; a resumed epoch skips the batches already trained, so a resumed run sees
+    exactly the batches an uninterrupted one would. ``loader_kwargs`` go to the DataLoader
+    (``batch_size`` required; ``drop_last=True`` keeps every epoch at ``steps_per_epoch`` batches).
+    """
+    step = start_step
+    while True:
+        epoch, done = divmod(step, steps_per_epoch)
+        sampler.set_epoch(epoch, start=done * loader_kwargs["batch_size"])
+        dataset.seed, dataset.epoch = seed, epoch  # read by the dataset's per-sample seeding
+        for batch in DataLoader(dataset, sampler=sampler, **loader_kwargs):
+            step += 1
+            yield epoch, batch, step % steps_per_epoch == 0

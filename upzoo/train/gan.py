@@ -11,7 +11,6 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader
 
 from upzoo.bench.artifacts import image_checkerboard
 from upzoo.errors import ConfigError
@@ -20,7 +19,8 @@ from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
 from upzoo.train.common import (RunFolder, StopFlag, Throughput, autocast, build_optimizer, check_finite,
                                 check_finite_parameters, pick_device,
                                 restore_rng_state, rng_state, seed_everything)
-from upzoo.train.distributed import ResumableSampler, all_reduce_mean, init_distributed, sync_buffers, any_rank, finish_distributed
+from upzoo.train.distributed import (ResumableSampler, all_reduce_mean, any_rank, finish_distributed, init_distributed,
+                                     resumable_batches, sync_buffers)
 from upzoo.train.plots import plot_curves, sample_grid
 from upzoo.train.recipe import Recipe
 
@@ -68,7 +68,8 @@ def train_gan(
         discriminator.load_state_dict(state["discriminator"])
         opt_g.load_state_dict(state["opt_g"])
         opt_d.load_state_dict(state["opt_d"])
-        step, epoch = state["step"], state["epoch"]
+        step = state["step"]
+        epoch = step // steps_per_epoch
         restore_rng_state(state["rng"])
         if ctx.is_main:
             run.truncate_metrics(step)
@@ -106,15 +107,12 @@ def train_gan(
         bar = tqdm(total=total_steps, initial=step, desc="gan", unit="step", dynamic_ncols=True)
     speed, started, loss_g_value = Throughput(), time.perf_counter(), float("nan")
     with StopFlag() as stop:
-        while step < total_steps and not stop.requested:
-            done_in_epoch = step - epoch * steps_per_epoch
-            if done_in_epoch >= steps_per_epoch:
-                epoch, done_in_epoch = epoch + 1, 0
-            sampler.set_epoch(epoch, start=done_in_epoch * data_cfg.batch_size)
-            bundle.train.seed, bundle.train.epoch = cfg.seed, epoch  # per-sample augmentation seeds
-            loader = DataLoader(bundle.train, batch_size=data_cfg.batch_size, sampler=sampler,
-                                num_workers=data_cfg.num_workers, drop_last=True)
-            for batch in loader:
+        batches = resumable_batches(bundle.train, sampler, start_step=step, steps_per_epoch=steps_per_epoch,
+                                    seed=cfg.seed, batch_size=data_cfg.batch_size, num_workers=data_cfg.num_workers,
+                                    drop_last=True)
+        try:
+            while step < total_steps and not stop.requested:
+                epoch, batch, ends_epoch = next(batches)
                 real = batch["image"].to(device)
                 n = real.shape[0]
                 z = torch.randn(n, latent, device=device)
@@ -154,14 +152,14 @@ def train_gan(
                     samples()
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                     checkpoint()
+                if ends_epoch:
+                    if not cfg.sample_every:
+                        samples()
+                    if not cfg.checkpoint_every:
+                        checkpoint()
                 stop.requested = any_rank(stop.requested, ctx)
-                if step >= total_steps or stop.requested:
-                    break
-            else:
-                if not cfg.sample_every:
-                    samples()
-                if not cfg.checkpoint_every:
-                    checkpoint()
+        finally:
+            batches.close()  # stops the loader's workers
         interrupted = stop.requested and step < total_steps
         if not interrupted and not (run.path / f"samples_{step:06d}.png").exists():
             samples()

@@ -10,7 +10,6 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader
 
 from upzoo.errors import ConfigError, TrainingError
 from upzoo.models import build_model
@@ -18,7 +17,8 @@ from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
 from upzoo.train.common import (RunFolder, StopFlag, Throughput, autocast, build_optimizer, build_scheduler,
                                 check_finite, check_finite_parameters, needs_grad_scaler, pick_device, restore_rng_state, rng_state,
                                 seed_everything)
-from upzoo.train.distributed import DistContext, ResumableSampler, all_reduce_mean, init_distributed, sync_buffers, any_rank, finish_distributed
+from upzoo.train.distributed import (DistContext, ResumableSampler, all_reduce_mean, any_rank, finish_distributed,
+                                     init_distributed, resumable_batches, sync_buffers)
 from upzoo.train.evaluate import evaluate_segmentation
 from upzoo.train.plots import class_palette, plot_curves, prediction_grid
 from upzoo.train.recipe import Recipe
@@ -103,8 +103,8 @@ def train_segmentation(
     net = nn.parallel.DistributedDataParallel(model) if ctx.enabled else model
 
     sampler = ResumableSampler(bundle.train, shuffle=True, seed=cfg.seed, rank=ctx.rank, world_size=ctx.world_size)
-    loader_kwargs = dict(batch_size=data_cfg.batch_size, sampler=sampler, num_workers=data_cfg.num_workers,
-                         drop_last=True, pin_memory=device.type == "cuda")
+    loader_kwargs = dict(batch_size=data_cfg.batch_size, num_workers=data_cfg.num_workers, drop_last=True,
+                         pin_memory=device.type == "cuda")
     steps_per_epoch = len(sampler) // data_cfg.batch_size
     if steps_per_epoch == 0:
         raise ConfigError(f"data.batch_size {data_cfg.batch_size} is larger than this rank's share of the "
@@ -122,7 +122,8 @@ def train_segmentation(
         scheduler.load_state_dict(state["scheduler"])
         if scaler is not None and state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
-        step, epoch, best = state["step"], state["epoch"], state["best_metric"]
+        step, best = state["step"], state["best_metric"]
+        epoch = step // steps_per_epoch
         restore_rng_state(state["rng"])
         if ctx.is_main:
             run.truncate_metrics(step)
@@ -178,13 +179,11 @@ def train_segmentation(
     loss_value = float("nan")
     net.train()
     with StopFlag() as stop:
-        while step < total_steps and not stop.requested:
-            done_in_epoch = step - epoch * steps_per_epoch
-            if done_in_epoch >= steps_per_epoch:
-                epoch, done_in_epoch = epoch + 1, 0
-            sampler.set_epoch(epoch, start=done_in_epoch * data_cfg.batch_size)
-            bundle.train.seed, bundle.train.epoch = cfg.seed, epoch  # per-sample augmentation seeds
-            for batch in DataLoader(bundle.train, **loader_kwargs):
+        batches = resumable_batches(bundle.train, sampler, start_step=step, steps_per_epoch=steps_per_epoch,
+                                    seed=cfg.seed, **loader_kwargs)
+        try:
+            while step < total_steps and not stop.requested:
+                epoch, batch, ends_epoch = next(batches)
                 images, masks = batch["image"].to(device, non_blocking=True), batch["mask"].to(device, non_blocking=True)
                 if cfg.channels_last:
                     images = images.contiguous(memory_format=torch.channels_last if not volumes else torch.channels_last_3d)
@@ -224,14 +223,14 @@ def train_segmentation(
                     validate()
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                     checkpoint("last.pt")
+                if ends_epoch:
+                    if not cfg.val_every:
+                        validate()
+                    if not cfg.checkpoint_every:
+                        checkpoint("last.pt")
                 stop.requested = any_rank(stop.requested, ctx)
-                if step >= total_steps or stop.requested:
-                    break
-            else:  # the epoch ran to its end
-                if not cfg.val_every:
-                    validate()
-                if not cfg.checkpoint_every:
-                    checkpoint("last.pt")
+        finally:
+            batches.close()  # stops the loader's workers
         interrupted = stop.requested and step < total_steps
         if not interrupted:
             validate()  # the final model is always evaluated (a no-op if this step already was)
