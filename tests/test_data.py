@@ -156,7 +156,7 @@ def test_2d_train_pipeline_keeps_image_and_mask_aligned():
     rng = np.random.default_rng(0)
     mask = np.kron(rng.random((4, 6)) > 0.5, np.ones((20, 20), bool)).astype(np.uint8)  # 20-pixel blocks
     image = np.repeat(mask[..., None] * 200, 3, axis=2).astype(np.uint8)
-    pipeline = segmentation_2d((64, 64), train=True, normalize="none", augment=True)
+    pipeline = segmentation_2d((64, 64), train=True, normalize="minmax", augment=True)
     for seed in range(8):
         pipeline.set_random_seed(seed)
         out = pipeline(image=image, mask=mask)

@@ -312,3 +312,17 @@ def test_recipes_point_at_real_data_folders(cache, tmp_path):
         run = train_gan if recipe.task == "gan" else train_segmentation
         summary = run(recipe, tmp_path / name, progress=False)
         assert summary["steps"] == 2, name
+
+
+def test_normalisation_must_fit_the_data_and_volumes_can_be_evaluated_whole(cache, tmp_path):
+    with pytest.raises(ConfigError, match="data.normalize 'ct' does not apply to images; use one of imagenet, minmax"):
+        train_segmentation(parse_recipe(tiny(cache, max_steps=1) | {"data": {**tiny(cache)["data"], "normalize": "ct"}}),
+                           tmp_path / "bad", progress=False)
+    common = ["train.max_steps=2", "data.batch_size=2", "data.num_workers=0", "data.synthetic_train=3",
+              "data.synthetic_val=1", "data.synthetic_size=[12,48,48]", "data.crop_size=[8,32,32]",
+              f"data.cache_dir={cache}"]
+    recipe = load_recipe(ROOT / "recipes" / "volume_unet3d_aniso.yaml", common + ["eval.sliding_window=false"])
+    assert recipe.eval.window_patch(recipe.data.crop_size) is None
+    assert load_recipe(ROOT / "recipes" / "volume_unet3d_aniso.yaml", common).eval.window_patch([8, 32, 32]) == [8, 32, 32]
+    val = train_segmentation(recipe, tmp_path / "whole", progress=False)["val"]  # 12x48x48 volumes run whole
+    assert 0 <= val["miou"] <= 1

@@ -39,7 +39,7 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
     metrics, _ = evaluate_segmentation(
         model, bundle.val, num_classes=num_classes, ignore_index=bundle.ignore_index, device=device,
         amp=recipe.train.amp, volumes=recipe.data.kind == "volumes",
-        patch_size=recipe.eval.patch_size or recipe.data.crop_size, overlap=recipe.eval.overlap,
+        patch_size=recipe.eval.window_patch(recipe.data.crop_size), overlap=recipe.eval.overlap,
         window_batch=recipe.eval.batch_size)
     names = bundle.class_names or [str(i) for i in range(num_classes)]
     return {**metrics, "class_names": names, "samples": len(bundle.val), "checkpoint": str(checkpoint),

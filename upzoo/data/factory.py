@@ -13,6 +13,8 @@ from upzoo.errors import ConfigError
 __all__ = ["DataBundle", "build_datasets"]
 
 IMAGE_SIZE = (256, 512)  # default size of the synthetic street scenes
+IMAGE_NORMALIZATIONS = ("imagenet", "minmax")  # minmax: pixel values scaled to [0, 1]
+VOLUME_NORMALIZATIONS = ("zscore", "ct", "minmax", "none")
 VOLUME_SIZE = (24, 96, 96)  # default size of the synthetic volumes
 
 
@@ -56,13 +58,14 @@ def build_datasets(data: Any, *, task: str, resolution: int | None = None, num_c
     if data.kind == "cityscapes":
         from upzoo.data.cityscapes import CLASS_NAMES, IGNORE_INDEX, CityscapesDataset
 
+        normalize = _normalization(data.normalize, IMAGE_NORMALIZATIONS, "images")
         root = Path(data.root) if data.root is not None else ensure_synthetic_cityscapes(
             data.cache_dir, train=data.synthetic_train, val=data.synthetic_val, size=data.synthetic_size or IMAGE_SIZE,
             seed=data.synthetic_seed)
         train = CityscapesDataset(root, data.train_split, T.segmentation_2d(
-            data.crop_size, train=True, normalize=data.normalize, augment=data.augment, resize=data.resize))
+            data.crop_size, train=True, normalize=normalize, augment=data.augment, resize=data.resize))
         val = CityscapesDataset(root, data.val_split, T.segmentation_2d(
-            None, train=False, normalize=data.normalize, resize=data.resize))
+            None, train=False, normalize=normalize, resize=data.resize))
         return DataBundle(train, val, root, len(CLASS_NAMES), list(CLASS_NAMES), IGNORE_INDEX)
 
     if data.kind == "volumes":
@@ -71,8 +74,8 @@ def build_datasets(data: Any, *, task: str, resolution: int | None = None, num_c
         root = Path(data.root) if data.root is not None else ensure_synthetic_volumes(
             data.cache_dir, train=data.synthetic_train, val=data.synthetic_val, shape=data.synthetic_size or VOLUME_SIZE,
             spacing=data.synthetic_spacing, seed=data.synthetic_seed)
-        normalize = data.normalize if data.normalize in ("zscore", "ct", "minmax", "none") else "zscore"
-        common = dict(normalize=normalize, ct_window=data.ct_window, seed=data.synthetic_seed)
+        common = dict(normalize=_normalization(data.normalize, VOLUME_NORMALIZATIONS, "volumes"),
+                      ct_window=data.ct_window)
         train = VolumeDataset(root, "train", patch_size=data.crop_size, foreground_ratio=data.foreground_ratio,
                               transform=T.volume_3d(train=True, augment=data.augment), **common)
         val = VolumeDataset(root, "val", **common)
@@ -80,3 +83,12 @@ def build_datasets(data: Any, *, task: str, resolution: int | None = None, num_c
         return DataBundle(train, val, root, classes, train.class_names, 255, train.spacing(0))
 
     raise ConfigError(f"data.kind {data.kind!r} does not fit a segmentation recipe; use 'cityscapes' or 'volumes'")
+
+
+def _normalization(choice: str | None, allowed: tuple[str, ...], what: str) -> str:
+    """The recipe's ``data.normalize`` for this kind of data (its first option when unset)."""
+    if choice is None:
+        return allowed[0]
+    if choice not in allowed:
+        raise ConfigError(f"data.normalize {choice!r} does not apply to {what}; use one of {', '.join(allowed)}")
+    return choice

@@ -12,6 +12,7 @@ import cv2  # noqa: E402
 from albumentations.pytorch import ToTensorV2  # noqa: E402
 
 from upzoo.data.cityscapes import IGNORE_INDEX  # noqa: E402
+from upzoo.errors import ConfigError  # noqa: E402
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "segmentation_2d", "volume_3d", "gan_images"]
 
@@ -19,10 +20,12 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def _normalize(mode: Literal["imagenet", "minmax", "none", "zscore", "ct"]) -> list:
+def _normalize(mode: Literal["imagenet", "minmax"]) -> list:
     if mode == "imagenet":
         return [A.Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD)]
-    return [A.Normalize(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))]  # to [0, 1]
+    if mode == "minmax":
+        return [A.Normalize(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))]  # pixel values to [0, 1]
+    raise ConfigError(f"2D images are normalised with 'imagenet' or 'minmax', got {mode!r}")
 
 
 def segmentation_2d(

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-__all__ = ["DistContext", "init_distributed", "finish_distributed", "resumable_batches", "ResumableSampler", "all_reduce_mean", "broadcast_object",
+__all__ = ["DistContext", "init_distributed", "finish_distributed", "resumable_batches", "ResumableSampler", "all_reduce_mean",
            "sync_buffers", "any_rank"]
 
 
@@ -74,15 +74,6 @@ def sync_buffers(module: torch.nn.Module, ctx: DistContext) -> None:
     if ctx.enabled:
         for buffer in module.buffers():
             dist.broadcast(buffer, src=0)
-
-
-def broadcast_object(obj, ctx: DistContext):
-    """Rank 0's ``obj`` on every rank."""
-    if not ctx.enabled:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 class ResumableSampler(Sampler[int]):

@@ -25,7 +25,7 @@ class DataConfig:
     ``dataset.json``) or ``images`` (any folder of images, for GANs). ``root: null`` uses the
     embedded synthetic set of that kind, generated once into ``cache_dir`` (default
     ``$UPZOO_CACHE`` or ``~/.cache/upzoo``); ``synthetic_size`` defaults to 256x512 images or
-    24x96x96 volumes.
+    24x96x96 volumes. ``normalize`` defaults to ``imagenet`` for images and ``zscore`` for volumes.
     """
 
     kind: Literal["cityscapes", "volumes", "images"] = "cityscapes"
@@ -41,7 +41,7 @@ class DataConfig:
     crop_size: Sequence[int] | None = None
     resize: Sequence[int] | None = None
     augment: bool = True
-    normalize: Literal["imagenet", "zscore", "ct", "minmax", "none"] = "imagenet"
+    normalize: Literal["imagenet", "zscore", "ct", "minmax", "none"] | None = None
     ct_window: Sequence[float] = (-1000.0, 1000.0)
     foreground_ratio: float = 0.33
     batch_size: int = 4
@@ -85,13 +85,19 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """Evaluation: sliding-window inference for volumes (patch, overlap) and the PNG grid size."""
+    """Evaluation: sliding-window inference for volumes (patch, overlap, windows per batch) or whole
+    volumes (``sliding_window: false``), and the rows of the prediction grid."""
 
     sliding_window: bool = True
     patch_size: Sequence[int] | None = None
     overlap: float = 0.5
     batch_size: int = 2
     grid_samples: int = 4
+
+    def window_patch(self, crop_size: Sequence[int] | None) -> Sequence[int] | None:
+        """The sliding-window patch for volumes (``patch_size``, else the training crop), or ``None``
+        to run each volume whole (``sliding_window: false``; the U-Net pads it to a valid size)."""
+        return (self.patch_size or crop_size) if self.sliding_window else None
 
 
 @dataclass(frozen=True)

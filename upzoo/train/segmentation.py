@@ -146,7 +146,7 @@ def train_segmentation(
     palette = class_palette(num_classes, palette_src)
     from upzoo.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 
-    mean_std = (IMAGENET_MEAN, IMAGENET_STD) if (data_cfg.normalize == "imagenet" and not volumes) else (None, None)
+    mean_std = (IMAGENET_MEAN, IMAGENET_STD) if (data_cfg.normalize in (None, "imagenet") and not volumes) else (None, None)
     last_val: dict[str, Any] = {}
     last_val_step = -1
 
@@ -158,7 +158,7 @@ def train_segmentation(
         sync_buffers(model, ctx)
         metrics, examples = evaluate_segmentation(
             model, bundle.val, num_classes=num_classes, ignore_index=bundle.ignore_index, device=device,
-            amp=cfg.amp, ctx=ctx, volumes=volumes, patch_size=recipe.eval.patch_size or data_cfg.crop_size,
+            amp=cfg.amp, ctx=ctx, volumes=volumes, patch_size=recipe.eval.window_patch(data_cfg.crop_size),
             overlap=recipe.eval.overlap, window_batch=recipe.eval.batch_size, keep=recipe.eval.grid_samples)
         last_val = metrics
         if ctx.is_main:
