@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import shutil
+import sysconfig
 
 import cv2
 import kornia
 import numpy as np
 import pytest
 import torch
-from torch.autograd import gradcheck
+from torch.autograd import gradcheck, gradgradcheck
 
+import upzoo.filters.masked_blur as masked_blur_module
 from upzoo import ConfigError, MaskedGaussianBlur, ShapeError, create_upsampler, masked_gaussian_blur
 from upzoo.filters import gaussian_taps
 
@@ -42,11 +45,45 @@ def loop_reference(x: torch.Tensor, threshold: float, kernel_size: int, border: 
     return torch.from_numpy(out).to(x.dtype)
 
 
+class CountingKernel:
+    """The fused kernel module, counting its calls (to tell which implementation ran)."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel, self.calls = kernel, 0
+
+    def forward(self, *args):
+        self.calls += 1
+        return self.kernel.forward(*args)
+
+    def backward(self, *args):
+        self.calls += 1
+        return self.kernel.backward(*args)
+
+
+@pytest.fixture(params=["fused", "pytorch"])
+def implementation(request, monkeypatch):
+    """Run the test with the fused CPU kernel (when built) and with the PyTorch formulation."""
+    if request.param == "pytorch":
+        monkeypatch.setattr(masked_blur_module, "_cpu_kernel", None)
+    elif not masked_blur_module.FUSED_CPU_KERNEL:
+        pytest.skip("the fused CPU kernel was not built (no C compiler at install)")
+    return request.param
+
+
+@pytest.fixture
+def counting_kernel(monkeypatch) -> CountingKernel:
+    if not masked_blur_module.FUSED_CPU_KERNEL:
+        pytest.skip("the fused CPU kernel was not built (no C compiler at install)")
+    counting = CountingKernel(masked_blur_module._cpu_kernel)
+    monkeypatch.setattr(masked_blur_module, "_cpu_kernel", counting)
+    return counting
+
+
 @pytest.mark.parametrize("border", ["valid", "zeros", "reflect", "replicate"])
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("threshold", [-10.0, 0.3, 10.0])
 @pytest.mark.parametrize("kernel_size, sigma", [(3, None), (5, None), (5, 1.3)])
-def test_2d_equals_the_per_pixel_loop(border, stride, threshold, kernel_size, sigma):
+def test_2d_equals_the_per_pixel_loop(border, stride, threshold, kernel_size, sigma, implementation):
     x = torch.randn(2, 3, 9, 12, dtype=torch.float64)
     out = masked_gaussian_blur(x, threshold=threshold, kernel_size=kernel_size, sigma=sigma, border=border, stride=stride)
     torch.testing.assert_close(out, loop_reference(x, threshold, kernel_size, border, stride, sigma))
@@ -55,7 +92,7 @@ def test_2d_equals_the_per_pixel_loop(border, stride, threshold, kernel_size, si
 
 @pytest.mark.parametrize("border", ["valid", "zeros", "reflect", "replicate"])
 @pytest.mark.parametrize("stride", [1, 2])
-def test_3d_equals_the_per_voxel_loop(border, stride):
+def test_3d_equals_the_per_voxel_loop(border, stride, implementation):
     x = torch.randn(1, 2, 5, 6, 7, dtype=torch.float64)
     out = masked_gaussian_blur(x, threshold=0.0, border=border, stride=stride)
     torch.testing.assert_close(out, loop_reference(x, 0.0, 3, border, stride))
@@ -122,7 +159,7 @@ def test_module_and_registry_agree_with_the_functional():
 # -- gradients ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("border", ["valid", "zeros", "reflect", "replicate"])
 @pytest.mark.parametrize("stride", [1, 2])
-def test_gradcheck_hard_and_soft(border, stride):
+def test_gradcheck_hard_and_soft(border, stride, implementation):
     x = torch.randn(1, 2, 6, 7, dtype=torch.float64, requires_grad=True)
     assert gradcheck(lambda t: masked_gaussian_blur(t, threshold=0.2, border=border, stride=stride), (x,))
     assert gradcheck(lambda t: masked_gaussian_blur(t, threshold=0.2, border=border, stride=stride, soft=0.5), (x,))
@@ -137,7 +174,7 @@ def test_gradcheck_float_mask_reaches_the_mask():
     assert gradcheck(lambda t, w: masked_gaussian_blur(t, mask=w, border="replicate"), (x, m))
 
 
-def test_hard_mask_gradient_goes_to_kept_and_blurred_pixels():
+def test_hard_mask_gradient_goes_to_kept_and_blurred_pixels(implementation):
     x = torch.full((1, 1, 5, 5), -1.0, dtype=torch.float64, requires_grad=True)
     masked_gaussian_blur(x, threshold=0.0).sum().backward()
     assert torch.equal(x.grad, torch.ones_like(x))  # nothing blurred: identity
@@ -149,6 +186,79 @@ def test_hard_mask_gradient_goes_to_kept_and_blurred_pixels():
     expected = torch.zeros(5, 5, dtype=torch.float64)
     expected[2, 2] = 1.0
     assert torch.equal(y.grad[0, 0], expected)
+
+
+@pytest.mark.parametrize("border", ["valid", "reflect"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_double_backward_hard_threshold_and_bool_mask(border, stride, implementation):
+    x = torch.randn(1, 2, 6, 7, dtype=torch.float64, requires_grad=True)
+    mask = torch.rand(1, 1, 6, 7) > 0.5
+    assert gradgradcheck(lambda t: masked_gaussian_blur(t, threshold=0.0, border=border, stride=stride), (x,))
+    assert gradgradcheck(lambda t: masked_gaussian_blur(t, mask=mask, border=border, stride=stride), (x,))
+
+
+def test_double_backward_with_soft_says_what_is_supported():
+    x = torch.randn(1, 1, 6, 6, requires_grad=True)
+    out = masked_gaussian_blur(x, soft=0.5)
+    with pytest.raises(ConfigError, match="double backward .* for a hard threshold or a bool mask; got soft=0.5"):
+        torch.autograd.grad(out.sum(), x, create_graph=True)
+
+
+# -- the fused CPU kernel ----------------------------------------------------------------------------
+def test_the_fused_kernel_is_built_where_a_c_compiler_is():
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler}): the PyTorch formulation serves every call")
+    assert masked_blur_module.FUSED_CPU_KERNEL, (
+        "pip install did not build upzoo/filters/_masked_blur_cpu.c; run `pip install -e .` again and read its output"
+    )
+
+
+@pytest.mark.parametrize("shape, kernel_size", [((16, 3, 64, 64), 3), ((16, 3, 64, 64), 5), ((4, 2, 16, 32, 32), 3)])
+@pytest.mark.parametrize("border, stride", [("valid", 1), ("valid", 2), ("reflect", 1), ("zeros", 3)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fused_kernel_equals_the_pytorch_formulation(shape, kernel_size, border, stride, dtype, counting_kernel,
+                                                     monkeypatch):
+    # large enough for the kernel to split the planes between threads
+    x = torch.randn(*shape, dtype=dtype)
+    grad = torch.randn(*shape, dtype=dtype)
+    options = dict(threshold=0.3, kernel_size=kernel_size, border=border, stride=stride)
+    results = []
+    for kernel in (counting_kernel, None):
+        monkeypatch.setattr(masked_blur_module, "_cpu_kernel", kernel)
+        leaf = x.clone().requires_grad_(True)
+        out = masked_gaussian_blur(leaf, **options)
+        out.backward(grad)
+        results.append((out.detach(), leaf.grad))
+    assert counting_kernel.calls == 2  # the forward and the backward ran fused
+    tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else {}
+    torch.testing.assert_close(results[0][0], results[1][0], **tolerance)
+    torch.testing.assert_close(results[0][1], results[1][1], **tolerance)
+
+
+@pytest.mark.parametrize("case", ["channels_last", "strided view", "bfloat16", "bool mask", "float mask", "soft"])
+def test_what_the_kernel_does_not_take_runs_in_pytorch(case, counting_kernel):
+    x = torch.randn(2, 3, 12, 12)
+    mask = x >= 0.3
+    options, expected = dict(threshold=0.3), masked_gaussian_blur(x, threshold=0.3)
+    calls = counting_kernel.calls
+    assert calls == 1  # the reference above ran fused
+    if case == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    elif case == "strided view":
+        x = torch.randn(2, 3, 12, 24)[..., ::2].copy_(x)
+    elif case == "bfloat16":
+        x, expected = x.bfloat16(), masked_gaussian_blur(x.bfloat16().float(), threshold=0.3).bfloat16()
+        calls += 1
+    elif case == "bool mask":
+        options = dict(mask=mask)
+    elif case == "float mask":
+        options = dict(mask=mask.float())
+    else:
+        options, expected = dict(threshold=0.3, soft=1e-4), expected
+    out = masked_gaussian_blur(x, **options)
+    assert counting_kernel.calls == calls
+    torch.testing.assert_close(out, expected, atol=1e-2 if case in ("bfloat16", "soft") else 1e-6, rtol=1e-2)
 
 
 def _saved_tensors(fn, x):

@@ -4,7 +4,9 @@
    layers, side by side (ratio = upzoo / direct; 1.00 means no overhead).
 2. masked_gaussian_blur forward+backward against the per-pixel loop it replaces (timed on a small
    input and scaled per pixel), kornia's gaussian_blur2d + torch.where and torchvision's
-   gaussian_blur + torch.where, and its achieved bytes/s against this machine's memory-copy bandwidth.
+   gaussian_blur + torch.where, and its achieved bytes/s against this machine's memory-copy bandwidth;
+   both implementations behind it: the fused CPU kernel (the default where it was built) and the
+   PyTorch formulation (what runs on the GPU and for the cases the kernel does not take).
 
     python tools/bench_core.py [--runs 15] [--threads 2]
 """
@@ -21,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import upzoo.filters.masked_blur as masked_blur_module
 from upzoo import create_upsampler, masked_gaussian_blur
 from upzoo.bench.speed import compare_calls, memcpy_bandwidth, time_call
 
@@ -148,6 +151,7 @@ def bench_masked_blur(runs: int) -> None:
         timing = time_call(lambda: loop_blur(small, 0.5).backward(torch.ones_like(small)), warmup=1, runs=3)
         per_pixel[size] = timing.median / small.numel()
         print(f"per-pixel loop on 1x3x{size}x{size}: {per_pixel[size] * 1e6:.1f} us per pixel")
+    fused_label = "fused kernel" if masked_blur_module.FUSED_CPU_KERNEL else "fused kernel NOT BUILT: PyTorch"
     sigma = 0.8  # close to the [1,2,1]/4 taps; the cost does not depend on the value
     loop_rows, peer_rows = [], []
     for shape in [(64, 3, 64, 64), (16, 3, 256, 256)]:
@@ -157,6 +161,13 @@ def bench_masked_blur(runs: int) -> None:
         def ours():
             masked_gaussian_blur(x, threshold=0.5).backward(g)
 
+        def ours_pytorch():
+            kernel, masked_blur_module._cpu_kernel = masked_blur_module._cpu_kernel, None
+            try:
+                ours()
+            finally:
+                masked_blur_module._cpu_kernel = kernel
+
         def with_kornia():
             torch.where(x >= 0.5, kornia.filters.gaussian_blur2d(x, (3, 3), (sigma, sigma)), x).backward(g)
 
@@ -165,21 +176,27 @@ def bench_masked_blur(runs: int) -> None:
 
         # against the loop, both timed alone (the loop above was); against the peers, interleaved
         alone = time_call(ours, warmup=3, runs=runs).median
-        t = compare_calls({"ours": ours, "kornia": with_kornia, "tv": with_torchvision}, warmup=2, runs=runs)
+        alone_pytorch = time_call(ours_pytorch, warmup=3, runs=runs).median
+        t = compare_calls({"ours": ours, "pytorch": ours_pytorch, "kornia": with_kornia, "tv": with_torchvision},
+                          warmup=2, runs=runs)
         loops = [per_pixel[size] * x.numel() for size in (16, 64)]
         traffic = 5 * x.numel() * x.element_size()  # forward reads x, writes out; backward reads g and x, writes grad
         name = "x".join(map(str, shape))
-        loop_rows.append(f"| {name} | {alone * 1e3:.2f} | {loops[0] * 1e3:,.0f} / {loops[1] * 1e3:,.0f} | "
-                         f"{loops[0] / alone:,.0f}x / {loops[1] / alone:,.0f}x | {traffic / alone / bandwidth:.0%} |")
+        for label, seconds in ((fused_label, alone), ("PyTorch formulation", alone_pytorch)):
+            loop_rows.append(f"| {name} | {label} | {seconds * 1e3:.2f} | {loops[0] * 1e3:,.0f} / {loops[1] * 1e3:,.0f} | "
+                             f"{loops[0] / seconds:,.0f}x / {loops[1] / seconds:,.0f}x | "
+                             f"{traffic / seconds / bandwidth:.0%} |")
         best = min(t["kornia"].median, t["tv"].median)
-        peer_rows.append(f"| {name} | {t['ours'].median * 1e3:.2f} | {t['kornia'].median * 1e3:.2f} | "
-                         f"{t['tv'].median * 1e3:.2f} | {best / t['ours'].median:.1f}x |")
-    print("\n| input | upzoo ms (alone) | loop ms (scaled from 16x16 / 64x64) | speed-up vs loop (16x16 / 64x64 "
-          "basis) | bytes/s vs memcpy |")
-    print("|---|---|---|---|---|")
+        peer_rows.append(f"| {name} | {t['ours'].median * 1e3:.2f} | {t['pytorch'].median * 1e3:.2f} | "
+                         f"{t['kornia'].median * 1e3:.2f} | {t['tv'].median * 1e3:.2f} | "
+                         f"{best / t['ours'].median:.1f}x / {best / t['pytorch'].median:.1f}x |")
+    print("\n| input | implementation | upzoo ms (alone) | loop ms (scaled from 16x16 / 64x64) | "
+          "speed-up vs loop (16x16 / 64x64 basis) | bytes/s vs memcpy |")
+    print("|---|---|---|---|---|---|")
     print("\n".join(loop_rows))
-    print("\n| input | upzoo ms (interleaved) | kornia ms | torchvision ms | faster than the faster of the two |")
-    print("|---|---|---|---|---|")
+    print(f"\n| input | upzoo ms ({fused_label}) | upzoo ms (PyTorch formulation) | kornia ms | torchvision ms | "
+          "faster than the faster of the two |")
+    print("|---|---|---|---|---|---|")
     print("\n".join(peer_rows))
 
 

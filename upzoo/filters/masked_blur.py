@@ -1,9 +1,16 @@
 """Masked Gaussian blur: blur only the pixels at or above a threshold (or inside a mask).
 
 The problem it solves: a generator that ends with a per-pixel Python loop blurring "bright" pixels
-makes ``backward()`` take minutes. Here the blur is separable shift-and-add arithmetic over whole
-tensors inside one autograd node that saves nothing but the input (and the user's mask), so forward
-and backward each cost a few passes over memory whatever the image size.
+makes ``backward()`` take minutes. Here the blur is one autograd node that saves nothing but the
+input (and the user's mask). Two implementations sit behind it, with the same results:
+
+- a fused C kernel (``_masked_blur_cpu.c``, built at install when a C compiler is there) for the
+  common case: contiguous float32/float64 CPU tensors with a hard threshold — one pass over memory
+  for the forward, two for the backward;
+- separable shift-and-add arithmetic over whole tensors in PyTorch for everything else (GPU, other
+  dtypes and memory formats, ``mask``, ``soft``, double backward).
+
+:data:`FUSED_CPU_KERNEL` says whether the kernel was built.
 """
 
 from __future__ import annotations
@@ -19,7 +26,15 @@ from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape, check_positive_int, to_ntuple
 from upzoo.registry import register_upsampler
 
-__all__ = ["masked_gaussian_blur", "MaskedGaussianBlur", "gaussian_taps", "Border"]
+try:
+    from upzoo.filters import _masked_blur_cpu as _cpu_kernel
+except ImportError:  # built without a C compiler: the PyTorch formulation serves every call
+    _cpu_kernel = None
+
+__all__ = ["masked_gaussian_blur", "MaskedGaussianBlur", "gaussian_taps", "Border", "FUSED_CPU_KERNEL"]
+
+#: Whether the fused CPU kernel was built (``pip install`` compiles it when a C compiler is present).
+FUSED_CPU_KERNEL = _cpu_kernel is not None
 
 Border = Literal["valid", "zeros", "reflect", "replicate"]
 _BORDERS = ("valid", "zeros", "reflect", "replicate")
@@ -203,53 +218,155 @@ def _blend_weight(
     return torch.sigmoid((xs - threshold) / soft)
 
 
+_FUSED_MAX_TAPS = 64  # per axis, MAX_TAPS in _masked_blur_cpu.c
+
+
+def _fused_applies(x: torch.Tensor, mask: torch.Tensor | None, plan: _Plan, soft: float | None) -> bool:
+    """Whether the fused CPU kernel handles this call (otherwise the PyTorch formulation does)."""
+    return (
+        _cpu_kernel is not None
+        and max(len(taps) for taps in plan.taps) <= _FUSED_MAX_TAPS
+        and mask is None
+        and soft is None
+        and x.device.type == "cpu"
+        and x.dtype in (torch.float32, torch.float64)
+        and x.is_contiguous()
+    )
+
+
+def _fused_geometry(x: torch.Tensor, source: torch.Tensor, plan: _Plan, threshold: float) -> tuple:
+    """The kernel's description of the call; a 2D input is 3D with depth 1 and a one-tap depth kernel."""
+    lead = 3 - len(plan.taps)
+    window = tuple(plan.window_start(axis) for axis in range(len(plan.taps)))
+    return (
+        x.shape[0] * x.shape[1],
+        (1,) * lead + tuple(x.shape[2:]),
+        (1,) * lead + tuple(source.shape[2:]),
+        (0,) * lead + tuple(f for f, _, _ in plan.lattice),
+        (1,) * lead + tuple(c for _, c, _ in plan.lattice),
+        (1,) * lead + tuple(s for _, _, s in plan.lattice),
+        (0,) * lead + window,
+        *(((1.0,),) * lead + plan.taps),
+        threshold,
+        source is x,
+    )
+
+
+def _fused_forward(x: torch.Tensor, plan: _Plan, threshold: float) -> torch.Tensor:
+    source = _pad(x, plan)
+    out = torch.empty_like(x)
+    geometry = _fused_geometry(x, source, plan, threshold)
+    _cpu_kernel.forward(
+        geometry, x.data_ptr(), source.data_ptr(), out.data_ptr(), x.dtype == torch.float64, torch.get_num_threads()
+    )
+    return out
+
+
+def _fused_backward(x: torch.Tensor, grad_out: torch.Tensor, plan: _Plan, threshold: float) -> torch.Tensor:
+    grad_out = grad_out.to(x.dtype).contiguous()  # e.g. the expanded ones of .sum().backward()
+    grad_x = torch.empty_like(x)
+    padded = plan.border != "valid" and any(plan.pads)
+    grad_source = grad_x.new_empty([*x.shape[:2], *(s + 2 * p for s, p in zip(x.shape[2:], plan.pads))]) if padded else grad_x
+    geometry = _fused_geometry(x, grad_source if padded else x, plan, threshold)
+    _cpu_kernel.backward(
+        geometry, x.data_ptr(), grad_out.data_ptr(), grad_x.data_ptr(), grad_source.data_ptr(),
+        x.dtype == torch.float64, torch.get_num_threads(),
+    )
+    if padded:
+        grad_x += _unpad_grad(grad_source, x, plan)
+    return grad_x
+
+
+def _forward(x: torch.Tensor, mask: torch.Tensor | None, plan: _Plan, threshold: float, soft: float | None) -> torch.Tensor:
+    if _fused_applies(x, mask, plan, soft):
+        return _fused_forward(x, plan, threshold)
+    index = plan.index
+    xs = x[index]
+    mask_s = mask.expand(x.shape)[index] if mask is not None else None
+    out = _like_outside_lattice(x, plan)
+    target = out[index]
+    passes = _blur_at_lattice(_pad(x, plan), plan, out=target)  # the blur lands in the output
+    # the first pass is free now: a view of it, shaped like the lattice, holds the hard decisions
+    scratch = passes[0][tuple(slice(0, n) for n in xs.shape)] if mask is None and soft is None else None
+    weight = _blend_weight(xs, mask_s, threshold, soft, out=scratch)
+    # lerp is exact at weights 0 and 1, so hard decisions copy the blurred or the kept value
+    torch.lerp(xs, target, weight, out=target)
+    return out
+
+
+def _vjp(
+    x: torch.Tensor, mask: torch.Tensor | None, grad_out: torch.Tensor, plan: _Plan, threshold: float,
+    soft: float | None, mask_needs_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The gradients of the input and of a float mask, given the output's."""
+    if _fused_applies(x, mask, plan, soft):
+        return _fused_backward(x, grad_out, plan, threshold), None
+    index = plan.index
+    xs, gs = x[index], grad_out[index]
+    mask_s = mask.expand(x.shape)[index] if mask is not None else None
+    w = _blend_weight(xs, mask_s, threshold, soft)
+    w_is_scratch = mask is None and soft is None  # a fresh 0/1 tensor not needed after this
+    grad_blur = w.mul_(gs) if w_is_scratch else gs * w
+    grad_x = _like_outside_lattice(grad_out, plan)
+    torch.sub(gs, grad_blur, out=grad_x[index])  # kept share of the direct path: gs * (1 - w)
+    grad_mask = None
+    if soft is not None or mask_needs_grad:
+        difference = _blur_at_lattice(_pad(x, plan), plan)[-1] - xs
+        if soft is not None:  # d w / d x through the sigmoid
+            grad_x[index].add_(gs * difference * (w * (1 - w) / soft))
+        if mask_needs_grad:
+            full = torch.zeros_like(x)
+            full[index] = gs * difference
+            grad_mask = full.sum_to_size(mask.shape)
+    if plan.border == "valid" or not any(plan.pads):
+        _blur_at_lattice_adjoint(grad_blur, plan, into=grad_x)
+    else:
+        grad_padded = grad_x.new_zeros([*x.shape[:2], *(s + 2 * p for s, p in zip(x.shape[2:], plan.pads))])
+        _blur_at_lattice_adjoint(grad_blur, plan, into=grad_padded)
+        grad_x += _unpad_grad(grad_padded, x, plan)
+    return grad_x, grad_mask
+
+
 class _MaskedBlurFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, mask, plan: _Plan, threshold: float, soft: float | None):  # type: ignore[override]
-        index = plan.index
-        xs = x[index]
-        mask_s = mask.expand(x.shape)[index] if mask is not None else None
-        out = _like_outside_lattice(x, plan)
-        target = out[index]
-        passes = _blur_at_lattice(_pad(x, plan), plan, out=target)  # the blur lands in the output
-        # the first pass is free now: a view of it, shaped like the lattice, holds the hard decisions
-        scratch = passes[0][tuple(slice(0, n) for n in xs.shape)] if mask is None and soft is None else None
-        weight = _blend_weight(xs, mask_s, threshold, soft, out=scratch)
-        # lerp is exact at weights 0 and 1, so hard decisions copy the blurred or the kept value
-        torch.lerp(xs, target, weight, out=target)
         ctx.save_for_backward(x, mask)  # the input (and the user's mask): nothing new is kept
         ctx.plan, ctx.threshold, ctx.soft = plan, threshold, soft
-        return out
+        return _forward(x, mask, plan, threshold, soft)
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
         x, mask = ctx.saved_tensors
         plan, threshold, soft = ctx.plan, ctx.threshold, ctx.soft
-        index = plan.index
-        xs, gs = x[index], grad_out[index]
-        mask_s = mask.expand(x.shape)[index] if mask is not None else None
-        w = _blend_weight(xs, mask_s, threshold, soft)
-        w_is_scratch = mask is None and soft is None  # a fresh 0/1 tensor not needed after this
-        grad_blur = w.mul_(gs) if w_is_scratch else gs * w
-        grad_x = _like_outside_lattice(grad_out, plan)
-        torch.sub(gs, grad_blur, out=grad_x[index])  # kept share of the direct path: gs * (1 - w)
-        grad_mask = None
+        if torch.is_grad_enabled():  # create_graph=True: the gradient must itself be differentiable
+            if soft is not None or (mask is not None and mask.is_floating_point()):
+                raise ConfigError(
+                    "masked_gaussian_blur supports double backward (create_graph=True) for a hard threshold or a "
+                    "bool mask; got " + ("soft=" + repr(soft) if soft is not None else "a float mask")
+                )
+            return _HardVjp.apply(grad_out, x, mask, plan, threshold), None, None, None, None
         mask_needs_grad = mask is not None and ctx.needs_input_grad[1]
-        if soft is not None or mask_needs_grad:
-            difference = _blur_at_lattice(_pad(x, plan), plan)[-1] - xs
-            if soft is not None:  # d w / d x through the sigmoid
-                grad_x[index].add_(gs * difference * (w * (1 - w) / soft))
-            if mask_needs_grad:
-                full = torch.zeros_like(x)
-                full[index] = gs * difference
-                grad_mask = full.sum_to_size(mask.shape)
-        if plan.border == "valid" or not any(plan.pads):
-            _blur_at_lattice_adjoint(grad_blur, plan, into=grad_x)
-        else:
-            grad_padded = grad_x.new_zeros([*x.shape[:2], *(s + 2 * p for s, p in zip(x.shape[2:], plan.pads))])
-            _blur_at_lattice_adjoint(grad_blur, plan, into=grad_padded)
-            grad_x += _unpad_grad(grad_padded, x, plan)
+        grad_x, grad_mask = _vjp(x, mask, grad_out, plan, threshold, soft, mask_needs_grad)
         return grad_x, grad_mask, None, None, None
+
+
+class _HardVjp(torch.autograd.Function):
+    """The hard-decision gradient as a differentiable function of the output's gradient ``g``.
+
+    With the decisions fixed the filter is linear, ``y = J x``, so the gradient ``J^T g`` has
+    derivative ``J`` in ``g`` (the same filter with the decisions as a mask) and none in ``x``."""
+
+    @staticmethod
+    def forward(ctx, grad_out, x, mask, plan: _Plan, threshold: float):  # type: ignore[override]
+        ctx.save_for_backward(x, mask)
+        ctx.plan, ctx.threshold = plan, threshold
+        return _vjp(x, mask, grad_out, plan, threshold, None, False)[0]
+
+    @staticmethod
+    def backward(ctx, grad_grad):  # type: ignore[override]
+        x, mask = ctx.saved_tensors
+        decisions = mask if mask is not None else x >= ctx.threshold
+        return _MaskedBlurFunction.apply(grad_grad, decisions, ctx.plan, ctx.threshold, None), None, None, None, None
 
 
 def masked_gaussian_blur(
