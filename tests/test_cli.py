@@ -51,8 +51,11 @@ def test_every_command_has_help(command):
 
 
 def test_list_table_and_json():
-    code, out, _ = run("list")
+    code, out, err = run("list")
     assert code == 0 and "| pixel_shuffle | upsampler | 2D/3D |" in out and "| carafe | upsampler | 2D |" in out
+    from upzoo.filters.masked_blur import FUSED_CPU_KERNEL
+
+    assert ("masked_blur on the CPU: fused C kernel" in err) == FUSED_CPU_KERNEL
     rows = json.loads(run("list", "*blur*", "--json")[1])
     assert [r["name"] for r in rows] == ["masked_blur"] and rows[0]["params"] == 0
 

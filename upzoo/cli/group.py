@@ -38,3 +38,9 @@ def list_command(pattern: str, kind: str | None, as_json: bool) -> None:
 
     click.echo(render_table(rows, ["name", "kind", "dims", "params", "description"]))
     click.echo("params: learned parameters at 64 -> 64 channels, scale 2, 2D (3D where 2D is not supported)", err=True)
+    if any(row["name"] == "masked_blur" for row in rows):
+        from upzoo.filters.masked_blur import FUSED_CPU_KERNEL
+
+        click.echo("masked_blur on the CPU: " + (
+            "fused C kernel (built at install)" if FUSED_CPU_KERNEL
+            else "PyTorch formulation (the fused kernel was not built: no C compiler at install)"), err=True)

@@ -399,6 +399,11 @@ def masked_gaussian_blur(
         soft: temperature ``T``: blend with weight ``sigmoid((x - threshold) / T)`` so the threshold
             decision itself is differentiable.
 
+    On the CPU, contiguous float32/float64 input with a hard threshold runs the fused C kernel when
+    it was built (:data:`FUSED_CPU_KERNEL`); everything else runs the PyTorch formulation. Both give
+    the same values and gradients. Double backward (``create_graph=True``) works for a hard threshold
+    or a bool mask.
+
     Raises:
         ShapeError: not a 4D/5D tensor, mask not broadcastable, too small for ``reflect``.
         ConfigError: bad kernel size, sigma, border, stride, soft, or non-float input.
