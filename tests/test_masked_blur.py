@@ -98,6 +98,16 @@ def test_3d_equals_the_per_voxel_loop(border, stride, implementation):
     torch.testing.assert_close(out, loop_reference(x, 0.0, 3, border, stride))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_non_finite_values_stay_where_they_are(dtype, implementation):
+    x = torch.randn(2, 2, 8, 9, dtype=dtype)
+    x[0, 0, 3, 3], x[0, 1, 5, 2], x[1, 0, 1, 6] = float("inf"), float("nan"), float("-inf")
+    out = masked_gaussian_blur(x, threshold=0.3)
+    torch.testing.assert_close(out, loop_reference(x, 0.3, 3, "valid", 1), equal_nan=True)
+    kept = x < 0.3  # NaN compares false: a NaN pixel is kept too
+    assert torch.equal(out[kept], x[kept])
+
+
 def test_float32_matches_the_loop_and_the_classic_kernel():
     x = torch.zeros(1, 1, 5, 5)
     x[0, 0, 2, 2] = 16.0

@@ -289,8 +289,14 @@ def _forward(x: torch.Tensor, mask: torch.Tensor | None, plan: _Plan, threshold:
     # the first pass is free now: a view of it, shaped like the lattice, holds the hard decisions
     scratch = passes[0][tuple(slice(0, n) for n in xs.shape)] if mask is None and soft is None else None
     weight = _blend_weight(xs, mask_s, threshold, soft, out=scratch)
-    # lerp is exact at weights 0 and 1, so hard decisions copy the blurred or the kept value
-    torch.lerp(xs, target, weight, out=target)
+    hard = soft is None and (mask is None or mask.dtype == torch.bool)
+    if hard and (x.device.type != "cpu" or not torch.isfinite(x.sum())):
+        # an exact select: lerp would turn a kept pixel next to an inf or NaN into NaN (0 * inf);
+        # off the CPU torch.where is as fast as lerp anyway
+        torch.where(weight.bool(), target, xs, out=target)
+    else:
+        # lerp is exact at weights 0 and 1 for finite values (and bool/where are slow on the CPU)
+        torch.lerp(xs, target, weight, out=target)
     return out
 
 
