@@ -122,36 +122,66 @@ static inline void KERNEL(unblur_row)(T *restrict u, const T *restrict picked, c
         for (int64_t j = 0; j < n; j++) u[j * step + c] += tx[c] * p[j];
 }
 
+/* Taps as T, and the buffers one thread needs. A 3D window is combined across depth first, into
+ * `slice` (one row per source row the lattice reads), so the work per position is kz + ky + kx,
+ * not kz * ky + kx; a 2D one reads the source rows directly. */
+typedef struct {
+    T tz[MAX_TAPS], ty[MAX_TAPS], tx[MAX_TAPS];
+    int64_t span;       /* source columns a lattice row reads */
+    int64_t rows;       /* source rows a depth position of the lattice reads */
+    T *row;             /* span values: the window rows combined (forward) or spread (backward) */
+    T *lattice;         /* count[2] values + 2 * (kx - 1) zeros around them (backward) */
+    T *slice;           /* rows * span values when kz > 1 */
+} KERNEL(Scratch);
+
+static int KERNEL(scratch_init)(KERNEL(Scratch) *s, const Geometry *g) {
+    const int64_t kz = g->taps_len[0], ky = g->taps_len[1], kx = g->taps_len[2], cx = g->count[2];
+    for (int64_t i = 0; i < kz; i++) s->tz[i] = (T)g->taps[0][i];
+    for (int64_t i = 0; i < ky; i++) s->ty[i] = (T)g->taps[1][i];
+    for (int64_t i = 0; i < kx; i++) s->tx[i] = (T)g->taps[2][i];
+    s->span = (cx - 1) * g->step[2] + kx;
+    s->rows = (g->count[1] - 1) * g->step[1] + ky;
+    const int64_t lattice = cx + 2 * (kx - 1), slice = kz > 1 ? s->rows * s->span : 0;
+    s->row = calloc((size_t)(s->span + lattice + slice), sizeof(T));
+    s->lattice = s->row + s->span;
+    s->slice = kz > 1 ? s->lattice + lattice : NULL;
+    return s->row ? 0 : -1;
+}
+
 CLONES static int KERNEL(forward)(const Geometry *g, const T *x, const T *xp, T *out, int64_t begin, int64_t end) {
     const int64_t H = g->size[1], W = g->size[2], plane = g->size[0] * H * W;
     const int64_t PH = g->psize[1], PW = g->psize[2], pplane = g->psize[0] * PH * PW;
-    const int64_t kz = g->taps_len[0], ky = g->taps_len[1], kx = g->taps_len[2], rows = kz * ky;
-    const int64_t cx = g->count[2], sx = g->step[2], wx = g->window[2], fx = g->first[2];
-    const int64_t span = (cx - 1) * sx + kx; /* source columns a lattice row reads */
-    T tx[MAX_TAPS], tzy[MAX_TAPS * MAX_TAPS];
-    const T *row_ptrs[MAX_TAPS * MAX_TAPS];
-    for (int64_t c = 0; c < kx; c++) tx[c] = (T)g->taps[2][c];
-    for (int64_t a = 0; a < kz; a++)
-        for (int64_t b = 0; b < ky; b++) tzy[a * ky + b] = (T)(g->taps[0][a] * g->taps[1][b]);
+    const int64_t kz = g->taps_len[0], ky = g->taps_len[1], kx = g->taps_len[2];
+    const int64_t cx = g->count[2], sx = g->step[2], sy = g->step[1], wx = g->window[2], wy = g->window[1];
     const T threshold = (T)g->threshold;
-    T *v = malloc(sizeof(T) * (size_t)(span + cx));
-    if (!v) return -1;
-    T *h = v + span;
+    const T *sources[MAX_TAPS];
+    KERNEL(Scratch) s;
+    if (KERNEL(scratch_init)(&s, g) < 0) return -1;
     for (int64_t p = begin; p < end; p++) {
         const T *X = x + p * plane, *XP = xp + p * pplane;
         T *O = out + p * plane;
         memcpy(O, X, sizeof(T) * (size_t)plane);  /* off the lattice the output is the input */
-        for (int64_t iz = 0; iz < g->count[0]; iz++)
-            for (int64_t iy = 0; iy < g->count[1]; iy++) {
-                const int64_t z0 = g->window[0] + iz * g->step[0], y0 = g->window[1] + iy * g->step[1];
-                for (int64_t a = 0; a < kz; a++)
-                    for (int64_t b = 0; b < ky; b++) row_ptrs[a * ky + b] = XP + ((z0 + a) * PH + (y0 + b)) * PW + wx;
-                KERNEL(combine_rows)(v, row_ptrs, tzy, rows, span);
-                const int64_t at = ((g->first[0] + iz * g->step[0]) * H + g->first[1] + iy * g->step[1]) * W + fx;
-                KERNEL(blur_and_blend_row)(O + at, X + at, v, h, tx, kx, cx, sx, threshold);
+        for (int64_t iz = 0; iz < g->count[0]; iz++) {
+            const int64_t z0 = g->window[0] + iz * g->step[0];
+            const T *slice = XP + (z0 * PH + wy) * PW + wx;
+            int64_t pitch = PW;
+            if (kz > 1) {  /* combine the depth taps once per source row */
+                for (int64_t r = 0; r < s.rows; r++) {
+                    for (int64_t a = 0; a < kz; a++) sources[a] = XP + ((z0 + a) * PH + wy + r) * PW + wx;
+                    KERNEL(combine_rows)(s.slice + r * s.span, sources, s.tz, kz, s.span);
+                }
+                slice = s.slice;
+                pitch = s.span;
             }
+            for (int64_t iy = 0; iy < g->count[1]; iy++) {
+                for (int64_t b = 0; b < ky; b++) sources[b] = slice + (iy * sy + b) * pitch;
+                KERNEL(combine_rows)(s.row, sources, s.ty, ky, s.span);
+                const int64_t at = ((g->first[0] + iz * g->step[0]) * H + g->first[1] + iy * sy) * W + g->first[2];
+                KERNEL(blur_and_blend_row)(O + at, X + at, s.row, s.lattice, s.tx, kx, cx, sx, threshold);
+            }
+        }
     }
-    free(v);
+    free(s.row);
     return 0;
 }
 
@@ -159,44 +189,52 @@ CLONES static int KERNEL(backward)(const Geometry *g, const T *x, const T *grad,
                                    int64_t end) {
     const int64_t H = g->size[1], W = g->size[2], plane = g->size[0] * H * W;
     const int64_t PH = g->psize[1], PW = g->psize[2], pplane = g->psize[0] * PH * PW;
-    const int64_t kz = g->taps_len[0], ky = g->taps_len[1], kx = g->taps_len[2], rows = kz * ky;
-    const int64_t cx = g->count[2], sx = g->step[2], wx = g->window[2], fx = g->first[2];
-    const int64_t span = (cx - 1) * sx + kx;
-    T tx[MAX_TAPS], tzy[MAX_TAPS * MAX_TAPS];
-    T *row_ptrs[MAX_TAPS * MAX_TAPS];
-    for (int64_t c = 0; c < kx; c++) tx[c] = (T)g->taps[2][c];
-    for (int64_t a = 0; a < kz; a++)
-        for (int64_t b = 0; b < ky; b++) tzy[a * ky + b] = (T)(g->taps[0][a] * g->taps[1][b]);
+    const int64_t kz = g->taps_len[0], ky = g->taps_len[1], kx = g->taps_len[2];
+    const int64_t cx = g->count[2], sx = g->step[2], sy = g->step[1], wx = g->window[2], wy = g->window[1];
     const T threshold = (T)g->threshold;
-    T *u = malloc(sizeof(T) * (size_t)(span + cx + 2 * (kx - 1)));
-    if (!u) return -1;
-    T *picked = u + span;  /* cx values with kx - 1 zeros on either side */
-    for (int64_t i = 0; i < cx + 2 * (kx - 1); i++) picked[i] = 0;
+    T *targets[MAX_TAPS];
+    KERNEL(Scratch) s;
+    if (KERNEL(scratch_init)(&s, g) < 0) return -1;
+    T *picked = s.lattice + (kx - 1);
     for (int64_t p = begin; p < end; p++) {
         const T *X = x + p * plane, *G = grad + p * plane;
         T *GX = gx + p * plane, *GS = gsrc + p * pplane;
-        /* direct path: the output gradient passes where the pixel was kept; pick_row stops it where
-           the pixel was blurred. All of it before any window is added: with border="valid" the
-           windows land in grad_x itself. */
+        /* direct path: the output gradient passes where the pixel was kept and stops where it was
+           blurred. All of it before any window is added: with border="valid" the windows land in
+           grad_x itself. */
         memcpy(GX, G, sizeof(T) * (size_t)plane);
         if (!g->aliased) memset(GS, 0, sizeof(T) * (size_t)pplane);
         for (int64_t iz = 0; iz < g->count[0]; iz++)
             for (int64_t iy = 0; iy < g->count[1]; iy++) {
-                const int64_t at = ((g->first[0] + iz * g->step[0]) * H + g->first[1] + iy * g->step[1]) * W + fx;
+                const int64_t at = ((g->first[0] + iz * g->step[0]) * H + g->first[1] + iy * sy) * W + g->first[2];
                 KERNEL(stop_row)(GX + at, X + at, cx, sx, threshold);
             }
-        /* blur path: each blurred pixel's gradient spread over its window */
-        for (int64_t iz = 0; iz < g->count[0]; iz++)
-            for (int64_t iy = 0; iy < g->count[1]; iy++) {
-                const int64_t at = ((g->first[0] + iz * g->step[0]) * H + g->first[1] + iy * g->step[1]) * W + fx;
-                if (!KERNEL(pick_row)(picked + kx - 1, G + at, X + at, cx, sx, threshold)) continue;
-                KERNEL(unblur_row)(u, picked, tx, kx, cx, sx, span);
-                const int64_t z0 = g->window[0] + iz * g->step[0], y0 = g->window[1] + iy * g->step[1];
-                for (int64_t a = 0; a < kz; a++)
-                    for (int64_t b = 0; b < ky; b++) row_ptrs[a * ky + b] = GS + ((z0 + a) * PH + (y0 + b)) * PW + wx;
-                KERNEL(spread_rows)(row_ptrs, tzy, rows, u, span);
+        /* blur path: each blurred pixel's gradient spread over its window, rows first, then (3D)
+           the depth taps once per source row */
+        for (int64_t iz = 0; iz < g->count[0]; iz++) {
+            const int64_t z0 = g->window[0] + iz * g->step[0];
+            T *slice = GS + (z0 * PH + wy) * PW + wx;
+            int64_t pitch = PW, any = 0;
+            if (kz > 1) {
+                memset(s.slice, 0, sizeof(T) * (size_t)(s.rows * s.span));
+                slice = s.slice;
+                pitch = s.span;
             }
+            for (int64_t iy = 0; iy < g->count[1]; iy++) {
+                const int64_t at = ((g->first[0] + iz * g->step[0]) * H + g->first[1] + iy * sy) * W + g->first[2];
+                if (!KERNEL(pick_row)(picked, G + at, X + at, cx, sx, threshold)) continue;
+                KERNEL(unblur_row)(s.row, s.lattice, s.tx, kx, cx, sx, s.span);
+                for (int64_t b = 0; b < ky; b++) targets[b] = slice + (iy * sy + b) * pitch;
+                KERNEL(spread_rows)(targets, s.ty, ky, s.row, s.span);
+                any = 1;
+            }
+            if (kz > 1 && any)
+                for (int64_t r = 0; r < s.rows; r++) {
+                    for (int64_t a = 0; a < kz; a++) targets[a] = GS + ((z0 + a) * PH + wy + r) * PW + wx;
+                    KERNEL(spread_rows)(targets, s.tz, kz, s.slice + r * s.span, s.span);
+                }
+        }
     }
-    free(u);
+    free(s.row);
     return 0;
 }
