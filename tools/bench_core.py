@@ -199,6 +199,43 @@ def bench_masked_blur(runs: int) -> None:
           "faster than the faster of the two |")
     print("|---|---|---|---|---|---|")
     print("\n".join(peer_rows))
+    if masked_blur_module.FUSED_CPU_KERNEL:
+        bench_blur_geometries(runs)
+
+
+def bench_blur_geometries(runs: int) -> None:
+    """The fused kernel against the PyTorch formulation beyond the 3x3 2D case, interleaved."""
+    cases = [
+        ((64, 3, 64, 64), dict(stride=2)),
+        ((64, 3, 64, 64), dict(kernel_size=7)),
+        ((64, 3, 64, 64), dict(border="reflect")),
+        ((64, 3, 64, 64), dict(dtype=torch.float64)),
+        ((2, 1, 48, 128, 128), dict(kernel_size=3)),
+        ((2, 1, 48, 128, 128), dict(kernel_size=5, border="replicate")),
+    ]
+    print("\n| input | options | fused kernel ms | PyTorch formulation ms | ratio |")
+    print("|---|---|---|---|---|")
+    for shape, options in cases:
+        options = dict(options)
+        dtype = options.pop("dtype", torch.float32)
+        x = torch.randn(*shape, dtype=dtype, requires_grad=True)
+        g = torch.ones(shape, dtype=dtype)
+
+        def fused():
+            masked_gaussian_blur(x, threshold=0.5, **options).backward(g)
+
+        def pytorch():
+            kernel, masked_blur_module._cpu_kernel = masked_blur_module._cpu_kernel, None
+            try:
+                fused()
+            finally:
+                masked_blur_module._cpu_kernel = kernel
+
+        t = compare_calls({"fused": fused, "pytorch": pytorch}, warmup=10, runs=runs)
+        label = ", ".join([f"{k}={v}" for k, v in options.items()] + ([str(dtype).replace("torch.", "")]
+                                                                       if dtype != torch.float32 else []))
+        print(f"| {'x'.join(map(str, shape))} | {label} | {t['fused'].median * 1e3:.2f} | "
+              f"{t['pytorch'].median * 1e3:.2f} | {t['pytorch'].median / t['fused'].median:.1f}x |")
 
 
 def main() -> None:
