@@ -62,12 +62,18 @@ class CountingKernel:
 
 @pytest.fixture(params=["fused", "pytorch"])
 def implementation(request, monkeypatch):
-    """Run the test with the fused CPU kernel (when built) and with the PyTorch formulation."""
+    """Run the test with the fused CPU kernel (when built; the test must reach it) and with the
+    PyTorch formulation."""
     if request.param == "pytorch":
         monkeypatch.setattr(masked_blur_module, "_cpu_kernel", None)
-    elif not masked_blur_module.FUSED_CPU_KERNEL:
+        yield request.param
+        return
+    if not masked_blur_module.FUSED_CPU_KERNEL:
         pytest.skip("the fused CPU kernel was not built (no C compiler at install)")
-    return request.param
+    counting = CountingKernel(masked_blur_module._cpu_kernel)
+    monkeypatch.setattr(masked_blur_module, "_cpu_kernel", counting)
+    yield request.param
+    assert counting.calls > 0, "the test never reached the fused kernel"
 
 
 @pytest.fixture
@@ -244,6 +250,22 @@ def test_fused_kernel_equals_the_pytorch_formulation(shape, kernel_size, border,
     tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else {}
     torch.testing.assert_close(results[0][0], results[1][0], **tolerance)
     torch.testing.assert_close(results[0][1], results[1][1], **tolerance)
+
+
+@pytest.mark.parametrize("kernel_size, stride, border", [((5, 3, 3), (2, 1, 3), "valid"),
+                                                          ((3, 5, 1), (1, 2, 1), "replicate")])
+def test_fused_kernel_anisotropic_3d(kernel_size, stride, border, counting_kernel, monkeypatch):
+    x = torch.randn(2, 2, 9, 10, 11, dtype=torch.float64, requires_grad=True)
+    options = dict(threshold=0.1, kernel_size=kernel_size, stride=stride, border=border)
+    assert gradcheck(lambda t: masked_gaussian_blur(t, **options), (x,))
+    grad = torch.randn_like(x)
+    results = []
+    for kernel in (counting_kernel, None):
+        monkeypatch.setattr(masked_blur_module, "_cpu_kernel", kernel)
+        out = masked_gaussian_blur(x, **options)
+        results.append((out, torch.autograd.grad(out, x, grad)[0]))
+    assert counting_kernel.calls > 0
+    torch.testing.assert_close(results[0], results[1])
 
 
 @pytest.mark.parametrize("case", ["channels_last", "strided view", "bfloat16", "bool mask", "float mask", "soft"])

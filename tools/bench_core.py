@@ -184,7 +184,8 @@ def bench_masked_blur(runs: int) -> None:
         traffic = 5 * x.numel() * x.element_size()  # forward reads x, writes out; backward reads g and x, writes grad
         name = "x".join(map(str, shape))
         for label, seconds in ((fused_label, alone), ("PyTorch formulation", alone_pytorch)):
-            loop_rows.append(f"| {name} | {label} | {seconds * 1e3:.2f} | {loops[0] * 1e3:,.0f} / {loops[1] * 1e3:,.0f} | "
+            loop_rows.append(f"| {name} | {label} | {seconds * 1e3:.2f} | "
+                             f"{loops[0] * 1e3:,.0f} / {loops[1] * 1e3:,.0f} | "
                              f"{loops[0] / seconds:,.0f}x / {loops[1] / seconds:,.0f}x | "
                              f"{traffic / seconds / bandwidth:.0%} |")
         best = min(t["kornia"].median, t["tv"].median)

@@ -8,7 +8,7 @@ input (and the user's mask). Two implementations sit behind it, with the same re
   common case: contiguous float32/float64 CPU tensors with a hard threshold — one pass over memory
   for the forward, two for the backward;
 - separable shift-and-add arithmetic over whole tensors in PyTorch for everything else (GPU, other
-  dtypes and memory formats, ``mask``, ``soft``, double backward).
+  dtypes and memory formats, ``mask``, ``soft``).
 
 :data:`FUSED_CPU_KERNEL` says whether the kernel was built.
 """
@@ -266,7 +266,9 @@ def _fused_backward(x: torch.Tensor, grad_out: torch.Tensor, plan: _Plan, thresh
     grad_out = grad_out.to(x.dtype).contiguous()  # e.g. the expanded ones of .sum().backward()
     grad_x = torch.empty_like(x)
     padded = plan.border != "valid" and any(plan.pads)
-    grad_source = grad_x.new_empty([*x.shape[:2], *(s + 2 * p for s, p in zip(x.shape[2:], plan.pads))]) if padded else grad_x
+    grad_source = grad_x  # border="valid": the windows' gradient lands in grad_x itself
+    if padded:
+        grad_source = grad_x.new_empty([*x.shape[:2], *(s + 2 * p for s, p in zip(x.shape[2:], plan.pads))])
     geometry = _fused_geometry(x, grad_source if padded else x, plan, threshold)
     _cpu_kernel.backward(
         geometry, x.data_ptr(), grad_out.data_ptr(), grad_x.data_ptr(), grad_source.data_ptr(),
@@ -277,7 +279,9 @@ def _fused_backward(x: torch.Tensor, grad_out: torch.Tensor, plan: _Plan, thresh
     return grad_x
 
 
-def _forward(x: torch.Tensor, mask: torch.Tensor | None, plan: _Plan, threshold: float, soft: float | None) -> torch.Tensor:
+def _forward(
+    x: torch.Tensor, mask: torch.Tensor | None, plan: _Plan, threshold: float, soft: float | None
+) -> torch.Tensor:
     if _fused_applies(x, mask, plan, soft):
         return _fused_forward(x, plan, threshold)
     index = plan.index
