@@ -69,7 +69,7 @@ def implementation(request, monkeypatch):
         yield request.param
         return
     if not masked_blur_module.FUSED_CPU_KERNEL:
-        pytest.skip("the fused CPU kernel was not built (no C compiler at install)")
+        pytest.skip("the fused CPU kernel was not built at install (no C compiler, or its build failed)")
     counting = CountingKernel(masked_blur_module._cpu_kernel)
     monkeypatch.setattr(masked_blur_module, "_cpu_kernel", counting)
     yield request.param
@@ -79,7 +79,7 @@ def implementation(request, monkeypatch):
 @pytest.fixture
 def counting_kernel(monkeypatch) -> CountingKernel:
     if not masked_blur_module.FUSED_CPU_KERNEL:
-        pytest.skip("the fused CPU kernel was not built (no C compiler at install)")
+        pytest.skip("the fused CPU kernel was not built at install (no C compiler, or its build failed)")
     counting = CountingKernel(masked_blur_module._cpu_kernel)
     monkeypatch.setattr(masked_blur_module, "_cpu_kernel", counting)
     return counting

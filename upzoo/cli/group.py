@@ -43,4 +43,5 @@ def list_command(pattern: str, kind: str | None, as_json: bool) -> None:
 
         click.echo("masked_blur on the CPU: " + (
             "fused C kernel (built at install)" if FUSED_CPU_KERNEL
-            else "PyTorch formulation (the fused kernel was not built: no C compiler at install)"), err=True)
+            else "PyTorch formulation (the fused kernel was not built at install: no C compiler, or its build failed;"
+            " `pip install -v -e .` shows why)"), err=True)
