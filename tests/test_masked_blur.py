@@ -11,6 +11,8 @@ import kornia
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.autograd import gradcheck, gradgradcheck
 
 import upzoo.filters.masked_blur as masked_blur_module
@@ -265,6 +267,38 @@ def test_fused_kernel_anisotropic_3d(kernel_size, stride, border, counting_kerne
         out = masked_gaussian_blur(x, **options)
         results.append((out, torch.autograd.grad(out, x, grad)[0]))
     assert counting_kernel.calls > 0
+    torch.testing.assert_close(results[0], results[1])
+
+
+@st.composite
+def geometries(draw):
+    dims = draw(st.sampled_from([2, 3]))
+    shape = [draw(st.integers(0, 2)), draw(st.integers(1, 3))] + [draw(st.integers(1, 9)) for _ in range(dims)]
+    kernel = tuple(draw(st.sampled_from([1, 3, 5])) for _ in range(dims))
+    stride = tuple(draw(st.integers(1, 4)) for _ in range(dims))
+    border = draw(st.sampled_from(["valid", "zeros", "reflect", "replicate"]))
+    if border == "reflect":  # needs every size > kernel // 2
+        shape = shape[:2] + [max(n, k // 2 + 1) for n, k in zip(shape[2:], kernel)]
+    return shape, dict(kernel_size=kernel, stride=stride, border=border, threshold=draw(st.floats(-1.5, 1.5)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(geometry=geometries())
+def test_fused_kernel_equals_the_pytorch_formulation_on_any_geometry(geometry):
+    """Every shape down to empty batches and one-pixel images, every border, kernel and stride."""
+    if not masked_blur_module.FUSED_CPU_KERNEL:
+        pytest.skip("the fused CPU kernel was not built at install (no C compiler, or its build failed)")
+    shape, options = geometry
+    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(*shape, dtype=torch.float64)
+    results, kernel = [], masked_blur_module._cpu_kernel
+    try:
+        for implementation in (kernel, None):
+            masked_blur_module._cpu_kernel = implementation
+            out = masked_gaussian_blur(x, **options)
+            results.append((out, torch.autograd.grad(out, x, grad, allow_unused=True)[0]))
+    finally:
+        masked_blur_module._cpu_kernel = kernel
     torch.testing.assert_close(results[0], results[1])
 
 
