@@ -21,6 +21,7 @@ import segmentation_models_pytorch as smp
 import torch
 import torch.nn.functional as F
 
+import upzoo.filters.masked_blur as masked_blur_module
 from upzoo.bench.memory import peak_memory
 from upzoo.bench.speed import compare_calls
 from upzoo.models import DCGANDiscriminator, DCGANGenerator, UNet
@@ -80,10 +81,22 @@ def bench_dcgan(runs: int) -> None:
             og.step()
         return run
 
-    t = compare_calls({"none": gan_step(None), "masked_blur": gan_step("masked_blur")}, warmup=2, runs=runs)
+    def pytorch_formulation(step):
+        def run():
+            kernel, masked_blur_module._cpu_kernel = masked_blur_module._cpu_kernel, None
+            try:
+                step()
+            finally:
+                masked_blur_module._cpu_kernel = kernel
+        return run
+
+    fused = "masked_blur (fused kernel)" if masked_blur_module.FUSED_CPU_KERNEL else "masked_blur (kernel not built)"
+    steps = {"none": gan_step(None), fused: gan_step("masked_blur"),
+             "masked_blur (PyTorch formulation)": pytorch_formulation(gan_step("masked_blur"))}
+    t = compare_calls(steps, warmup=2, runs=runs)
     print("| post-filter | step s | ratio |")
     print("|---|---|---|")
-    for name in ("none", "masked_blur"):
+    for name in steps:
         print(f"| {name} | {t[name].median:.3f} | {t[name].median / t['none'].median:.3f} |")
 
 
