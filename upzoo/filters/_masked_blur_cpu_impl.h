@@ -1,11 +1,14 @@
 /* The kernels for one dtype: included once per dtype by _masked_blur_cpu.c with T (the element
  * type) and KERNEL(name) (the dtype-suffixed function name) defined.
  *
- * Each plane is processed one lattice row at a time: the rows of the window are first combined
- * across depth and height (`v`, one value per source column), then along the row. The common case
- * (three rows, three column taps, stride 1) has loops of its own that the compiler vectorises into
- * a single pass; every other geometry takes the general loops. Every comparison is a select on
- * values already loaded, never a branch (random data would mispredict it). */
+ * Each plane is processed one lattice row at a time. The window's taps are applied one axis after
+ * the other: in 3D the depth taps first combine whole source rows into a slice (once per depth
+ * position of the lattice), the height taps then combine rows into one row (one value per source
+ * column), and the row is blurred along its length at the lattice columns. The backward runs the
+ * same steps in reverse as spreads. The common case (three rows, three column taps, stride 1) has
+ * loops of its own that the compiler vectorises into a single pass; every other geometry takes the
+ * general loops. Every comparison is a select on values already loaded, never a branch (random data
+ * would mispredict it). */
 
 /* v = sum_i t[i] * rows[i], over n columns. */
 static inline void KERNEL(combine_rows)(T *restrict v, const T *const *rows, const T *t, int64_t count, int64_t n) {
