@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import shutil
 import sysconfig
@@ -291,15 +292,21 @@ def test_fused_kernel_equals_the_pytorch_formulation_on_any_geometry(geometry):
     shape, options = geometry
     x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
     grad = torch.randn(*shape, dtype=torch.float64)
-    results, kernel = [], masked_blur_module._cpu_kernel
-    try:
-        for implementation in (kernel, None):
-            masked_blur_module._cpu_kernel = implementation
+    results = []
+    for context in (contextlib.nullcontext, masked_blur_module.pytorch_formulation):
+        with context():
             out = masked_gaussian_blur(x, **options)
             results.append((out, torch.autograd.grad(out, x, grad, allow_unused=True)[0]))
-    finally:
-        masked_blur_module._cpu_kernel = kernel
     torch.testing.assert_close(results[0], results[1])
+
+
+def test_pytorch_formulation_block_bypasses_the_kernel_and_restores_it(counting_kernel):
+    x = torch.randn(2, 3, 12, 12)
+    with masked_blur_module.pytorch_formulation():
+        inside = masked_gaussian_blur(x, threshold=0.3)
+    assert counting_kernel.calls == 0
+    torch.testing.assert_close(masked_gaussian_blur(x, threshold=0.3), inside)
+    assert counting_kernel.calls == 1
 
 
 @pytest.mark.parametrize("case", ["channels_last", "strided view", "bfloat16", "bool mask", "float mask", "soft"])

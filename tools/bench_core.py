@@ -162,11 +162,8 @@ def bench_masked_blur(runs: int) -> None:
             masked_gaussian_blur(x, threshold=0.5).backward(g)
 
         def ours_pytorch():
-            kernel, masked_blur_module._cpu_kernel = masked_blur_module._cpu_kernel, None
-            try:
+            with masked_blur_module.pytorch_formulation():
                 ours()
-            finally:
-                masked_blur_module._cpu_kernel = kernel
 
         def with_kornia():
             torch.where(x >= 0.5, kornia.filters.gaussian_blur2d(x, (3, 3), (sigma, sigma)), x).backward(g)
@@ -226,11 +223,8 @@ def bench_blur_geometries(runs: int) -> None:
             masked_gaussian_blur(x, threshold=0.5, **options).backward(g)
 
         def pytorch():
-            kernel, masked_blur_module._cpu_kernel = masked_blur_module._cpu_kernel, None
-            try:
+            with masked_blur_module.pytorch_formulation():
                 fused()
-            finally:
-                masked_blur_module._cpu_kernel = kernel
 
         t = compare_calls({"fused": fused, "pytorch": pytorch}, warmup=10, runs=runs)
         label = ", ".join([f"{k}={v}" for k, v in options.items()] + ([str(dtype).replace("torch.", "")]

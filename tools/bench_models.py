@@ -83,11 +83,8 @@ def bench_dcgan(runs: int) -> None:
 
     def pytorch_formulation(step):
         def run():
-            kernel, masked_blur_module._cpu_kernel = masked_blur_module._cpu_kernel, None
-            try:
+            with masked_blur_module.pytorch_formulation():
                 step()
-            finally:
-                masked_blur_module._cpu_kernel = kernel
         return run
 
     fused = "masked_blur (fused kernel)" if masked_blur_module.FUSED_CPU_KERNEL else "masked_blur (kernel not built)"

@@ -15,6 +15,7 @@ input (and the user's mask). Two implementations sit behind it, with the same re
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Literal, Sequence
@@ -31,10 +32,29 @@ try:
 except ImportError:  # built without a C compiler: the PyTorch formulation serves every call
     _cpu_kernel = None
 
-__all__ = ["masked_gaussian_blur", "MaskedGaussianBlur", "gaussian_taps", "Border", "FUSED_CPU_KERNEL"]
+__all__ = ["masked_gaussian_blur", "MaskedGaussianBlur", "gaussian_taps", "Border", "FUSED_CPU_KERNEL",
+           "pytorch_formulation"]
 
 #: Whether the fused CPU kernel was built (``pip install`` compiles it when a C compiler is present).
 FUSED_CPU_KERNEL = _cpu_kernel is not None
+
+
+
+@contextlib.contextmanager
+def pytorch_formulation():
+    """Within this block every call runs the PyTorch formulation, even where the fused kernel would
+    (for comparisons and benchmarks; not thread-safe).
+
+    >>> with pytorch_formulation():
+    ...     out = masked_gaussian_blur(torch.rand(1, 1, 8, 8), threshold=0.5)
+    """
+    global _cpu_kernel
+    kernel, _cpu_kernel = _cpu_kernel, None
+    try:
+        yield
+    finally:
+        _cpu_kernel = kernel
+
 
 Border = Literal["valid", "zeros", "reflect", "replicate"]
 _BORDERS = ("valid", "zeros", "reflect", "replicate")
