@@ -86,6 +86,32 @@ def test_checkpointing_gives_the_same_outputs_and_gradients():
         torch.testing.assert_close(p.grad, q.grad, msg=name)
 
 
+def _train_three_steps(checkpointing: bool, dims: int) -> tuple[dict, torch.Tensor]:
+    torch.manual_seed(0)
+    net = UNet(spatial_dims=dims, in_channels=1, num_classes=3, channels=(4, 8, 16), checkpointing=checkpointing)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    shape = (2, 1, 16, 16) if dims == 2 else (2, 1, 8, 16, 16)
+    for _ in range(3):
+        loss = net(torch.randn(*shape, generator=g)).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return net.state_dict(), net.eval()(torch.randn(*shape, generator=g))
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_checkpointing_changes_nothing_but_memory(dims):
+    """The recomputation in backward must not update BatchNorm statistics a second time."""
+    plain_state, plain_out = _train_three_steps(False, dims)
+    ckpt_state, ckpt_out = _train_three_steps(True, dims)
+    assert plain_state.keys() == ckpt_state.keys()
+    for name, value in plain_state.items():
+        torch.testing.assert_close(ckpt_state[name], value, rtol=0, atol=0, msg=name)
+    assert int(ckpt_state["encoder.blocks.0.0.1.num_batches_tracked"]) == 3
+    torch.testing.assert_close(ckpt_out, plain_out, rtol=0, atol=0)
+
+
 def test_channels_last_and_deep_supervision():
     net = UNet(spatial_dims=2, in_channels=3, num_classes=3, deep_supervision=True, **SMALL).eval()
     x = torch.randn(2, 3, 21, 30)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Sequence
+import contextlib
+from typing import Any, Iterator, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +61,27 @@ class DecoderStage(nn.Module):
         if skip is not None:
             x = torch.cat([x, skip], dim=1)
         return self.conv(x)
+
+
+@contextlib.contextmanager
+def _restored_buffers(module: nn.Module) -> Iterator[None]:
+    """Run a block and put ``module``'s buffers back as they were: the recomputation of a
+    checkpointed forward must not update BatchNorm running statistics (and ``num_batches_tracked``)
+    a second time. The recomputation itself normalises with batch statistics, as the forward did."""
+    saved = [(b, b.clone()) for b in module.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)
+
+
+def checkpointed(module: nn.Module, *args: torch.Tensor | None):
+    """``module(*args)`` under gradient checkpointing that changes memory only: the backward's
+    recomputation keeps BatchNorm running statistics as the forward left them."""
+    return checkpoint(module, *args, use_reentrant=False,
+                      context_fn=lambda: (contextlib.nullcontext(), _restored_buffers(module)))
 
 
 def _per_stage(value: Any, n: int, name: str, default: Any) -> list[Any]:
@@ -197,7 +219,7 @@ class UNet(nn.Module):
     # -- forward -----------------------------------------------------------------------------------
     def _run(self, module: nn.Module, *args: torch.Tensor | None):
         if self.checkpointing and self.training and torch.is_grad_enabled():
-            return checkpoint(module, *args, use_reentrant=False)
+            return checkpointed(module, *args)
         return module(*args)
 
     def _encode(self, x: torch.Tensor) -> list[torch.Tensor]:
