@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -111,7 +112,7 @@ def test_trace_lists_layers_on_the_meta_device_without_touching_weights():
 # -- the solver against real forward passes ----------------------------------------------------------
 def _native(net: UNet) -> UNet:
     """Switch off the U-Net's own padding so that invalid sizes fail for real inside PyTorch."""
-    net.size_multiple = (1,) * net.spatial_dims
+    net.padded_size = lambda spatial: tuple(spatial)
     return net.eval()
 
 
@@ -148,6 +149,31 @@ def test_solver_verdicts_match_real_forward_passes_2d(strides, up):
     assert solver.path == "analytic"
     for size in [(5, 7), (6, 9), (12, 8), (18, 27), (36, 16)]:
         assert solver.is_valid(size) == _runs_natively(net, size), (size, strides, up)
+
+
+def test_model_solver_and_input_policies_agree_on_one_rule():
+    """kernel 3, padding 1 at scale 2 makes 2n - 1: valid sizes are 1 + 4k, not multiples of 4."""
+    options = {"kernel_size": 3, "padding": 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckerboardWarning)
+        net = UNet(spatial_dims=2, in_channels=1, num_classes=1, channels=(2, 2, 2), norm="none",
+                   upsampler="transposed", upsampler_options=options).eval()
+        strict = UNet(spatial_dims=2, in_channels=1, num_classes=1, channels=(2, 2, 2), norm="none",
+                      upsampler="transposed", upsampler_options=options, input_policy="strict").eval()
+        with pytest.raises(ConfigError, match=r"runs at no size in 1\.\.96 on axis 0: at input size 16 decoder "
+                                              r"stage 0 \(TransposedConvUpsampler\) makes 9 where its skip has 8"):
+            UNet(spatial_dims=2, in_channels=1, num_classes=1, channels=(2, 2, 2), upsampler="transposed",
+                 upsampler_options={"kernel_size": 3})
+    solver = ShapeSolver(net)
+    assert solver.rule(0).describe() == "1 + k*4 (k >= 0)" and net.size_rules[0] == solver.rule(0)
+    native = _native(copy.deepcopy(net))
+    for n in range(9, 22):
+        assert solver.axis_valid(0, n) == _runs_natively(native, (n, n)), n
+        with torch.no_grad():
+            assert net(torch.zeros(1, 1, n, n + 3)).shape[2:] == (n, n + 3)  # the pad policy at every size
+    assert strict(torch.zeros(1, 1, 17, 21)).shape[2:] == (17, 21)
+    with pytest.raises(ShapeError, match=r"axis 0: 16 -> 13 or 17; axis 1: 16 -> 13 or 17"):
+        strict(torch.zeros(1, 1, 16, 16))
 
 
 def test_anisotropic_3d_rules_and_real_runs():

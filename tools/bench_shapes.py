@@ -51,7 +51,7 @@ def main() -> None:
         return found, time.perf_counter() - start
 
     strict, t_strict = trial()
-    net.input_policy, net.size_multiple = "pad", (1, 1)  # no check, no padding: the network decides
+    net.padded_size = lambda spatial: tuple(spatial)  # no check, no padding: the network decides
     native, t_native = trial()
     print(f"torch {torch.__version__}; resnet34 U-Net, axis 1, sizes {args.low}..{args.high}\n")
     print("| method | valid sizes found | seconds | solver speed-up |")

@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any, Literal, Sequence
 
-__all__ = ["render_table", "TableFormat"]
+__all__ = ["render_table", "to_json", "TableFormat"]
 
 TableFormat = Literal["markdown", "csv", "json"]
 
@@ -23,6 +23,32 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _jsonable(value: Any) -> Any:
+    """Plain JSON data: NaN and infinities become ``None`` (JSON has no such numbers), tuples
+    lists, tensors and NumPy scalars numbers, anything else its ``str``."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (bool, int, str)) or value is None:
+        return value
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # 0-d tensors, NumPy scalars
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return value if isinstance(value, (bool, int, str)) else str(value)
+
+
+def to_json(value: Any, *, indent: int | None = 2) -> str:
+    """Valid JSON text for results: an undefined metric (NaN, e.g. the IoU of a class absent from
+    both prediction and ground truth) is written as ``null``.
+
+    >>> to_json({"miou": float("nan"), "shape": (1, 3)}, indent=None)
+    '{"miou": null, "shape": [1, 3]}'
+    """
+    return json.dumps(_jsonable(value), indent=indent, allow_nan=False)
+
+
 def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: TableFormat = "markdown") -> str:
     """Render ``rows`` (dicts) restricted to ``columns``.
 
@@ -32,7 +58,7 @@ def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: Ta
     | 1 | 0.5 |
     """
     if fmt == "json":
-        return json.dumps([{c: row.get(c) for c in columns} for row in rows], indent=2, default=str)
+        return to_json([{c: row.get(c) for c in columns} for row in rows])
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 
 import click
 
 from upzoo.cli.common import check_device, data_spacing, default_run_dir, emit_rows, parse_scale, parse_shape
 from upzoo.cli.group import CONTEXT, cli
 from upzoo.errors import UpzooError
+from upzoo.tables import to_json
 
 
 @cli.group(context_settings=CONTEXT)
@@ -69,7 +69,7 @@ def bench_model_command(recipe: str, input_shape: str | None, device: str, runs:
     torch.manual_seed(0)
     result = bench_model(model, shape, device=device, runs=runs, amp=amp, channels_last=channels_last)
     if as_json:
-        click.echo(json.dumps(result, indent=2, default=str))
+        click.echo(to_json(result))
         return
     click.echo(f"{result['device']}, torch {result['torch']}, {result['threads']} threads; input {shape}")
     click.echo(f"FPS {result['fps']:.2f} (latency median {result['latency_ms']:.1f} ms, "

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 
 import click
 
 from upzoo.errors import UpzooError
+from upzoo.tables import to_json
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True}
 
@@ -32,7 +32,7 @@ def list_command(pattern: str, kind: str | None, as_json: bool) -> None:
     if not rows:
         raise UpzooError(f"no block matches {pattern!r}; registered: {', '.join(list_upsamplers())}")
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(to_json(rows))
         return
     from upzoo.tables import render_table
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 
 import click
 
 from upzoo.cli.common import load_meta_model, parse_options, parse_scale, parse_shape
 from upzoo.cli.group import CONTEXT, cli
 from upzoo.errors import UpzooError
+from upzoo.tables import to_json
 
 
 @cli.group(context_settings=CONTEXT)
@@ -38,7 +38,7 @@ def shapes_block(name: str, input_shape: str, scale: str, out_channels: int | No
     )
     out = block.output_shape(shape)
     if as_json:
-        click.echo(json.dumps({"block": name, "input": shape, "output": out, "scale": block.scale}))
+        click.echo(to_json({"block": name, "input": shape, "output": out, "scale": block.scale}))
     else:
         from upzoo.layers import format_shape
 
@@ -50,18 +50,34 @@ def shapes_block(name: str, input_shape: str, scale: str, out_channels: int | No
 @click.option("--input", "input_shape", required=True, help="Input shape, e.g. 1x3x512x1024.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def shapes_model(recipe: str, input_shape: str, as_json: bool) -> None:
-    """Per-layer table (layer, output shape, parameters) of RECIPE's model on the meta device."""
+    """Per-layer table (layer, output shape, parameters) of RECIPE's model on the meta device.
+
+    A U-Net pads an input of an invalid size to the next valid one (input_policy 'pad'): its layers
+    run at the padded size, and the output is cropped back to the input size; both are stated."""
+    import torch
+
+    from upzoo.layers import format_shape
     from upzoo.shapes import trace
     from upzoo.tables import render_table
 
-    rows = trace(load_meta_model(recipe), parse_shape(input_shape, "--input"))
+    model, shape = load_meta_model(recipe), parse_shape(input_shape, "--input")
+    rows = trace(model, shape)
+    with torch.no_grad():
+        output = tuple(model(torch.empty(shape, device="meta")).shape)
+    padded = tuple(model.padded_size(shape[2:])) if hasattr(model, "padded_size") else tuple(shape[2:])
+    padded_to = (*shape[:2], *padded) if padded != tuple(shape[2:]) else None
     table = [{"layer": r.name, "type": r.layer, "output": r.output_shape, "params": r.params} for r in rows]
     if as_json:
-        click.echo(json.dumps(table, indent=2))
+        click.echo(to_json({"input": shape, "padded_to": padded_to, "output": output, "layers": table}))
         return
     click.echo(render_table(table, ["layer", "type", "output", "params"]))
     total = sum(r.params for r in rows)
     click.echo(f"{len(rows)} layers, {total:,} parameters in the traced layers", err=True)
+    if padded_to is not None:
+        click.echo(f"input {format_shape(shape)} is not a valid size: the model pads it to {format_shape(padded_to)}, "
+                   f"the layers above run at that size, and the output is cropped back to {format_shape(output)}")
+    else:
+        click.echo(f"output: {format_shape(output)}")
 
 
 @shapes.command("check")
@@ -99,7 +115,7 @@ def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: in
             raise UpzooError(f"--axis must be in 0..{solver.spatial_dims - 1} and LOW <= HIGH")
         result["axis"], result["valid_sizes"] = axis, solver.valid_sizes(axis, low_i, high_i)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(to_json(result))
         return
     how = "analytic stride arithmetic" if solver.path == "analytic" else f"probing on the meta device ({solver.reason})"
     click.echo(f"path: {how}", err=True)
@@ -133,7 +149,7 @@ def shapes_solve(in_size: int, out_size: int | None, scale: int | None, stride: 
     solutions = solve_transposed(in_size, out_size, stride=stride, scale=scale, max_kernel=max_kernel)
     rows = [s.to_dict() for s in solutions]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(to_json(rows))
         return
     if not rows:
         raise UpzooError(f"no transposed conv with stride {stride} turns {in_size} into "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -10,6 +9,7 @@ import click
 from upzoo.cli.common import default_run_dir
 from upzoo.cli.group import cli
 from upzoo.errors import UpzooError
+from upzoo.tables import to_json
 
 
 def _launch_torchrun(nproc: int, args: list[str]) -> int:
@@ -100,7 +100,7 @@ def train_command(recipe: str | None, overrides: tuple[str, ...], resume_dir: st
     if int(os.environ.get("RANK", "0")) != 0:
         return
     if as_json:
-        click.echo(json.dumps(summary, indent=2, default=float))
+        click.echo(to_json(summary))
     else:
         click.echo(f"run folder: {summary['run_dir']}")
         click.echo(f"steps: {summary['steps']} of {summary['total_steps']}")
@@ -130,7 +130,7 @@ def eval_command(recipe: str, checkpoint: str, overrides: tuple[str, ...], as_js
 
     result = evaluate_checkpoint(load_recipe(recipe, overrides), checkpoint)
     if as_json:
-        click.echo(json.dumps(result, indent=2, default=float))
+        click.echo(to_json(result))
         return
     rows = [{"class": name, "IoU": iou, "Dice": dice}
             for name, iou, dice in zip(result["class_names"], result["per_class_iou"], result["per_class_dice"])]

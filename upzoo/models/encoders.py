@@ -32,6 +32,14 @@ class Encoder(nn.Module):
         """The stages as separate modules (for per-stage gradient checkpointing), or None."""
         return None
 
+    def feature_sizes(self, axis: int, n: int) -> list[int]:
+        """The size of every feature on ``axis`` for input size ``n`` (arithmetic, no forward pass).
+
+        Stages downsample with "same"-padded strided layers, so each divides the size by its
+        stride rounding up: ``ceil(n / reduction)``.
+        """
+        return [-(-n // r[axis]) for r in self.reductions]
+
 
 class PlainEncoder(Encoder):
     """Double-conv stages; stage ``i > 0`` starts with a conv strided by ``strides[i - 1]``.

@@ -14,19 +14,13 @@ from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape, conv_nd
 from upzoo.models.blocks import DoubleConv
 from upzoo.models.encoders import Encoder, create_encoder, stage_scales
+from upzoo.models.sizes import AxisRule, find_axis_rule
 from upzoo.registry import create_upsampler
 
-__all__ = ["UNet", "DecoderStage", "nearest_valid_sizes"]
+__all__ = ["UNet", "DecoderStage"]
 
 InputPolicy = Literal["pad", "strict"]
 SMP_DECODER_CHANNELS = (256, 128, 64, 32, 16)
-
-
-def nearest_valid_sizes(size: int, multiple: int) -> tuple[int, int]:
-    """The valid sizes (multiples of ``multiple``, at least ``multiple``) at or below and at or above ``size``."""
-    below = max(multiple, size // multiple * multiple)
-    above = max(multiple, -(-size // multiple) * multiple)
-    return below, above
 
 
 class DecoderStage(nn.Module):
@@ -162,7 +156,6 @@ class UNet(nn.Module):
             encoder, spatial_dims=spatial_dims, in_channels=in_channels, channels=channels, strides=strides,
             depth=encoder_depth, weights=encoder_weights, norm=norm, act=act,
         )
-        self.size_multiple: tuple[int, ...] = self.encoder.reductions[-1]
 
         scales = stage_scales(self.encoder)  # deepest first
         skips = self.encoder.channels[::-1][1:]
@@ -195,26 +188,71 @@ class UNet(nn.Module):
                              scale=1, **(post_filter_options or {}))
             if post_filter else None
         )
+        self.size_rules: tuple[AxisRule, ...] = tuple(self._axis_rule(a) for a in range(spatial_dims))
 
     # -- sizes -------------------------------------------------------------------------------------
+    @property
+    def size_multiple(self) -> tuple[int, ...]:
+        """Per axis, the step between valid input sizes (see :attr:`size_rules`)."""
+        return tuple(rule.multiple for rule in self.size_rules)
+
+    def axis_valid(self, axis: int, n: int) -> bool:
+        """Whether size ``n`` on ``axis`` runs natively: every decoder stage's analytic output
+        equals the skip it is concatenated with (and the last one the input size)."""
+        return self._first_mismatch(axis, n) is None
+
+    def _first_mismatch(self, axis: int, n: int) -> str | None:
+        features = self.encoder.feature_sizes(axis, n)
+        targets = features[::-1][1:] + ([n] if len(self.decoder) == len(features) else [])
+        y = features[-1]
+        for i, (stage, target) in enumerate(zip(self.decoder, targets)):
+            try:
+                y = stage.upsample.output_spatial((y,) * self.spatial_dims)[axis]
+            except ShapeError:
+                y = 0
+            if y != target:
+                return f"decoder stage {i} ({type(stage.upsample).__name__}) makes {y} where its skip has {target}"
+        return None
+
+    def _axis_rule(self, axis: int) -> AxisRule:
+        """The valid sizes on ``axis`` as a rule; a U-Net that runs at no size (or at an irregular
+        set of sizes) is refused here, at construction."""
+        reduction = self.encoder.reductions[-1][axis]
+        limit = 8 * reduction + 64
+        rule, sizes = find_axis_rule(lambda n: self.axis_valid(axis, n), limit)
+        if rule is None:
+            probe = 4 * reduction
+            found = f"only at sizes {sizes}" if sizes else "at no size"
+            raise ConfigError(
+                f"this U-Net runs {found} in 1..{limit} on axis {axis}: at input size {probe} "
+                f"{self._first_mismatch(axis, probe)}; use upsampler options whose output is input x scale "
+                f"(for transposed: kernel_size = scale, padding 0, or kernel_size=4, padding=1 at scale 2)"
+            )
+        return rule
+
     def padded_size(self, spatial: Sequence[int]) -> tuple[int, ...]:
-        """The size the network runs at for input size ``spatial`` (raises in strict mode if invalid)."""
+        """The size the network runs at for input size ``spatial``: the nearest valid size at or
+        above it per axis (``input_policy='pad'``), or ``spatial`` itself if valid.
+
+        Raises:
+            ShapeError: an invalid size under ``input_policy='strict'``, naming the nearest valid sizes.
+        """
         spatial = tuple(int(s) for s in spatial)
-        valid = all(s % m == 0 for s, m in zip(spatial, self.size_multiple))
-        if valid:
+        invalid = [a for a, (s, rule) in enumerate(zip(spatial, self.size_rules)) if not rule.is_valid(s)]
+        if not invalid:
             return spatial
         if self.input_policy == "strict":
             hints = []
-            for axis, (s, m) in enumerate(zip(spatial, self.size_multiple)):
-                if s % m:
-                    below, above = nearest_valid_sizes(s, m)
-                    hints.append(f"axis {axis}: {s} -> {below} or {above}")
+            for axis in invalid:
+                rule, s = self.size_rules[axis], spatial[axis]
+                below = rule.below(s)
+                hints.append(f"axis {axis}: {s} -> " + (f"{below} or " if below else "") + f"{rule.above(s)}")
+            rules = ", ".join(r.describe() for r in self.size_rules)
             raise ShapeError(
-                f"input size {spatial} is not a multiple of {self.size_multiple} per axis "
-                f"(input_policy='strict'); nearest valid sizes: {'; '.join(hints)}; pad/crop the input or use "
-                f"input_policy='pad'"
+                f"input size {spatial} is not valid (per axis: {rules}; input_policy='strict'); nearest valid "
+                f"sizes: {'; '.join(hints)}; pad/crop the input or use input_policy='pad'"
             )
-        return tuple(-(-s // m) * m for s, m in zip(spatial, self.size_multiple))
+        return tuple(rule.above(s) for s, rule in zip(spatial, self.size_rules))
 
     # -- forward -----------------------------------------------------------------------------------
     def _run(self, module: nn.Module, *args: torch.Tensor | None):

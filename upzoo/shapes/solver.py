@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from upzoo.errors import ShapeError
+from upzoo.models.sizes import AxisRule
 from upzoo.shapes.rules import layer_rule
 from upzoo.shapes.trace import layer_modules, to_meta
 
@@ -26,24 +27,6 @@ __all__ = ["AxisRule", "AxisCheck", "ShapeSolver"]
 
 Path = Literal["analytic", "probe"]
 _PROBE = 256  # per-axis size of the one encoder trace; any size the encoder alone can run at
-
-
-@dataclass(frozen=True)
-class AxisRule:
-    """Valid sizes on one axis: ``n >= minimum`` and ``(n - minimum) % multiple == 0``."""
-
-    multiple: int
-    minimum: int
-
-    def is_valid(self, n: int) -> bool:
-        return n >= self.minimum and (n - self.minimum) % self.multiple == 0
-
-    def describe(self) -> str:
-        if self.multiple == 1:
-            return f"any size >= {self.minimum}"
-        if self.minimum % self.multiple == 0:
-            return f"multiples of {self.multiple}" + (f" (>= {self.minimum})" if self.minimum > self.multiple else "")
-        return f"{self.minimum} + k*{self.multiple} (k >= 0)"
 
 
 @dataclass(frozen=True)
@@ -69,6 +52,7 @@ class _Structure:
     upsamplers: list[Callable[[tuple[int, ...]], tuple[int, ...]]]  # decoder stages, deepest first
     final_to_input: bool  # the last decoder stage must reach the input size itself
     multiple: int | None = None  # set instead when the model only requires divisibility
+    native: Callable[[int, int], bool] | None = None  # the model's own rule (upzoo's UNet), used as is
 
 
 class ShapeSolver:
@@ -116,11 +100,10 @@ class ShapeSolver:
         from upzoo.models.unet import UNet
 
         model = self.model
-        if isinstance(model, UNet):
-            encoder, drop_first = model.encoder, False
-            ups = [stage.upsample for stage in model.decoder]
-        elif hasattr(model, "encoder") and hasattr(model, "decoder") and hasattr(model.decoder, "blocks"):
-            encoder, drop_first = model.encoder, True  # smp encoders return the input as feature 0
+        if isinstance(model, UNet):  # the rule its input policy applies: the answers agree by construction
+            return _Structure([], [], final_to_input=False, native=model.axis_valid)
+        if hasattr(model, "encoder") and hasattr(model, "decoder") and hasattr(model.decoder, "blocks"):
+            encoder = model.encoder
             blocks = list(model.decoder.blocks)
             if not all(isinstance(b, UpsamplerUnetDecoderBlock) for b in blocks):
                 stride = getattr(encoder, "output_stride", None)
@@ -131,9 +114,8 @@ class ShapeSolver:
         else:
             raise _NoRule(f"no stride analysis for {type(model).__name__}; probing sizes on the meta device")
         rules = [layer_rule(u) for u in ups]
-        chains, feature_probe = self._encoder_chains(encoder)
-        if drop_first:
-            chains, feature_probe = chains[1:], feature_probe[1:]
+        chains, _ = self._encoder_chains(encoder)
+        chains = chains[1:]  # smp encoders return the input as feature 0
         n_skip = len(chains) - 1
         if len(ups) not in (n_skip, n_skip + 1):
             raise _NoRule(f"{len(ups)} decoder stages for {len(chains)} encoder features")
@@ -186,6 +168,8 @@ class ShapeSolver:
             size[axis] = n
             return self._probe(tuple(size))
         s = self._structure
+        if s.native is not None:
+            return s.native(axis, n)
         if s.multiple is not None:  # smp's own decoder resizes to the skips; smp checks divisibility
             return n % s.multiple == 0
         feats = []
@@ -215,6 +199,8 @@ class ShapeSolver:
         the valid sizes follow no single ``minimum + k * multiple`` pattern."""
         if axis in self._rules:
             return self._rules[axis]
+        if self._structure is not None and self._structure.native is not None:
+            return self.model.size_rules[axis]
         limit = search if self.path == "analytic" else 256
         valid = self.valid_sizes(axis, 1, limit)
         found = None

@@ -11,6 +11,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from upzoo.data.loading import iterate_loader
+
 __all__ = ["DistContext", "init_distributed", "finish_distributed", "resumable_batches", "ResumableSampler", "all_reduce_mean",
            "sync_buffers", "any_rank"]
 
@@ -123,6 +125,6 @@ def resumable_batches(dataset: Dataset, sampler: ResumableSampler, *, start_step
         epoch, done = divmod(step, steps_per_epoch)
         sampler.set_epoch(epoch, start=done * loader_kwargs["batch_size"])
         dataset.seed, dataset.epoch = seed, epoch  # read by the dataset's per-sample seeding
-        for batch in DataLoader(dataset, sampler=sampler, **loader_kwargs):
+        for batch in iterate_loader(DataLoader(dataset, sampler=sampler, **loader_kwargs)):
             step += 1
             yield epoch, batch, step % steps_per_epoch == 0

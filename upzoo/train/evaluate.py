@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from upzoo.data.loading import iterate_loader
 from upzoo.metrics import ConfusionMatrix
 from upzoo.train.common import autocast
 from upzoo.train.distributed import DistContext, ResumableSampler
@@ -51,7 +52,7 @@ def evaluate_segmentation(
     loader = DataLoader(dataset, batch_size=1, sampler=sampler, num_workers=num_workers)
     acc = ConfusionMatrix(num_classes, ignore_index)
     examples = []
-    for sample in loader:
+    for sample in iterate_loader(loader):
         image = sample["image"].to(device)
         with autocast(amp, device):
             if volumes and patch_size is not None:

@@ -3,7 +3,6 @@ the checkerboard score of the samples, checkpoints and resume."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -23,6 +22,7 @@ from upzoo.train.distributed import (ResumableSampler, all_reduce_mean, any_rank
                                      resumable_batches, sync_buffers)
 from upzoo.train.plots import plot_curves, sample_grid
 from upzoo.train.recipe import Recipe
+from upzoo.tables import to_json
 
 __all__ = ["train_gan"]
 
@@ -169,6 +169,6 @@ def train_gan(
     summary = {"steps": step, "total_steps": total_steps, "interrupted": interrupted, "last_loss_g": loss_g_value,
                "checkerboard": last_score, "seconds": time.perf_counter() - started, "run_dir": str(run.path)}
     if ctx.is_main:
-        (run.path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+        (run.path / "summary.json").write_text(to_json(summary))
     finish_distributed(ctx)
     return summary

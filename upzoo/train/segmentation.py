@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +21,7 @@ from upzoo.train.distributed import (DistContext, ResumableSampler, all_reduce_m
 from upzoo.train.evaluate import evaluate_segmentation
 from upzoo.train.plots import class_palette, plot_curves, prediction_grid
 from upzoo.train.recipe import Recipe
+from upzoo.tables import to_json
 
 __all__ = ["train_segmentation", "segmentation_loss", "build_segmentation_model"]
 
@@ -244,7 +244,7 @@ def train_segmentation(
         "ranks_in_sync": _ranks_in_sync(model, ctx), "run_dir": str(run.path),
     }
     if ctx.is_main:
-        (run.path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+        (run.path / "summary.json").write_text(to_json(summary))
     finish_distributed(ctx)
     return summary
 
