@@ -19,7 +19,7 @@ _MAPPINGS = (dict, collections.abc.Mapping)
 
 from upzoo.errors import ConfigError, did_you_mean
 
-__all__ = ["check_type", "validate_kwargs", "from_dict", "describe_type"]
+__all__ = ["check_type", "validate_kwargs", "from_dict", "describe_type", "parse_yaml", "read_yaml_file"]
 
 
 def describe_type(tp: Any) -> str:
@@ -161,3 +161,41 @@ def validate_kwargs(fn: Callable[..., Any], data: Any, path: str, *, fixed: Sequ
 def from_dict(cls: type, data: Any, path: str) -> Any:
     """Build dataclass ``cls`` from a mapping, validated (see :func:`validate_kwargs`)."""
     return cls(**validate_kwargs(cls, data, path))
+
+
+def parse_yaml(text: str, what: str) -> Any:
+    """YAML text parsed with the safe loader.
+
+    Raises:
+        ConfigError: ``"what: invalid YAML at line N: problem"``.
+    """
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:  # ReaderError (control characters) has no problem_mark
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or type(exc).__name__
+        raise ConfigError(f"{what}: invalid YAML{at}: {problem}") from None
+
+
+def read_yaml_file(path: str | Path, what: str = "recipe") -> Any:
+    """A YAML file read as UTF-8 text and parsed with the safe loader (``{}`` when empty).
+
+    Raises:
+        ConfigError: a missing, unreadable, binary or non-UTF-8 file, or invalid YAML; naming it.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
+    if b"\0" in raw:
+        raise ConfigError(f"{what} {str(path)!r} is a binary file, not YAML text")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {str(path)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    data = parse_yaml(text, str(path))
+    return {} if data is None else data

@@ -9,7 +9,9 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
-__all__ = ["UpzooError", "ConfigError", "RegistryError", "ShapeError", "DataError", "TrainingError", "did_you_mean"]
+__all__ = [
+    "UpzooError", "ConfigError", "RegistryError", "ShapeError", "DataError", "TrainingError", "did_you_mean", "one_line",
+]
 
 
 class UpzooError(Exception):
@@ -40,3 +42,13 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """``"; did you mean 'x'?"`` for the closest of ``choices``, or ``""`` when none is close."""
     match = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
     return f"; did you mean {match[0]!r}?" if match else ""
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line: line breaks become ``; ``, other control characters escapes.
+
+    >>> print(one_line("bad value\\x07\\nsecond line"))
+    bad value\\x07; second line
+    """
+    joined = "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in joined)

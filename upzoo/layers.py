@@ -6,6 +6,7 @@ from __future__ import annotations
 from numbers import Integral
 from typing import Sequence
 
+import torch
 from torch import nn
 
 from upzoo.errors import ConfigError, ShapeError
@@ -85,7 +86,9 @@ def check_input_shape(
     Raises:
         ShapeError: naming the expected layout, the shape that came, and the fix.
     """
-    shape = tuple(int(s) for s in shape)
+    if not all(_is_int(s) or isinstance(s, torch.SymInt) for s in shape):
+        raise ShapeError(f"{owner} takes a shape of whole numbers, got {tuple(shape)!r}")
+    shape = tuple(shape)
     expected = f"(B, {channels if channels is not None else 'C'}, {_AXES.get(spatial_dims, '...')})"
     if len(shape) != spatial_dims + 2:
         raise ShapeError(

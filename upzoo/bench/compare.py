@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from upzoo.bench.artifacts import checkerboard_score
-from upzoo.bench.memory import peak_memory
+from upzoo.bench.memory import ensure_fits, estimate_training_bytes, peak_memory
+from upzoo.errors import ShapeError
 from upzoo.bench.speed import environment, measure_fps, time_call
 from upzoo.registry import UPSAMPLERS, create_upsampler, list_upsamplers
 
@@ -41,7 +42,15 @@ def bench_blocks(
     names: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per registered upsampler (that supports the input's dims) at the same input and scale."""
+    """One row per registered upsampler (that supports the input's dims) at the same input and scale.
+
+    Raises:
+        ShapeError: a shape that is not ``(B, C, H, W)`` or ``(B, C, D, H, W)``, or a block that would
+            not fit in the free memory at this shape (estimated on the meta device first).
+    """
+    if len(shape) not in (4, 5) or min(shape) < 1:
+        raise ShapeError(f"bench blocks takes an input (B, C, H, W) or (B, C, D, H, W) of positive sizes, "
+                         f"got {tuple(shape)}; e.g. 8x64x64x64")
     dims = len(shape) - 2
     rows = []
     for name in names or list_upsamplers(kind="upsampler"):
@@ -52,6 +61,9 @@ def bench_blocks(
             progress(name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            with torch.device("meta"):
+                meta = create_upsampler(name, spatial_dims=dims, in_channels=shape[1], out_channels=shape[1], scale=scale)
+            ensure_fits(estimate_training_bytes(meta, tuple(shape)), f"block {name} at input {tuple(shape)}")
             block = create_upsampler(name, spatial_dims=dims, in_channels=shape[1], out_channels=shape[1],
                                      scale=scale).to(device)
         x = torch.randn(*shape, device=device)
@@ -87,22 +99,28 @@ def bench_model(
     channels_last: bool = False,
 ) -> dict[str, Any]:
     """FPS (inference) and peak memory of inference and of a training step, with and without gradient
-    checkpointing where the model supports it."""
+    checkpointing where the model supports it; ``amp`` and ``channels_last`` apply to every pass."""
     import torch.nn.functional as F
 
+    from upzoo.train.common import autocast
+
+    ensure_fits(estimate_training_bytes(model, tuple(input_shape)), f"a training step at input {tuple(input_shape)}")
     fps = measure_fps(model, tuple(input_shape), device=device, iters=runs, amp=amp, channels_last=channels_last)
     x = torch.randn(*input_shape, device=device)
+    if channels_last:  # measure_fps converted the model
+        x = x.contiguous(memory_format=torch.channels_last if x.ndim == 4 else torch.channels_last_3d)
     model.to(device)
 
     def infer():
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(amp, torch.device(device)):
             model.eval()(x)
 
     segmentation = hasattr(model, "num_classes") or hasattr(model, "segmentation_head")
 
     def train_step():
         model.train()
-        out = model(x)
+        with autocast(amp, torch.device(device)):
+            out = model(x)
         out = out[0] if isinstance(out, (list, tuple)) else out
         if segmentation:
             target = torch.zeros(out.shape[0], *out.shape[2:], dtype=torch.long, device=device)

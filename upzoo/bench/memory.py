@@ -5,6 +5,7 @@ call (free heap memory is returned to the OS first, so the baseline is honest)."
 from __future__ import annotations
 
 import ctypes
+import math
 import ctypes.util
 import threading
 from dataclasses import dataclass
@@ -13,7 +14,9 @@ from typing import Callable
 import psutil
 import torch
 
-__all__ = ["MemoryPeak", "peak_memory"]
+from upzoo.errors import ShapeError
+
+__all__ = ["MemoryPeak", "peak_memory", "estimate_training_bytes", "ensure_fits"]
 
 
 @dataclass(frozen=True)
@@ -68,3 +71,27 @@ def peak_memory(fn: Callable[[], object], *, device: torch.device | str = "cpu",
         sampler.join()
     peak = max(peak, process.memory_info().rss)
     return MemoryPeak(peak - baseline, f"CPU RSS sampled every {interval * 1e3:g} ms")
+
+
+def estimate_training_bytes(model: torch.nn.Module, input_shape: tuple[int, ...]) -> int:
+    """A lower bound on the memory of a training step, from a meta-device trace (nothing is
+    allocated): the weights with their gradients and two optimiser moments, the input, and every
+    layer's output kept for the backward pass, at 4 bytes an element."""
+    from upzoo.shapes import trace
+
+    rows = trace(model, input_shape)
+    params = sum(p.numel() for p in model.parameters())
+    activations = sum(math.prod(r.output_shape) for r in rows if r.output_shape)
+    return 4 * (4 * params + math.prod(input_shape) + activations)
+
+
+def ensure_fits(nbytes: int, what: str) -> None:
+    """Refuse, in one line, work that needs more memory than this machine has free.
+
+    Raises:
+        ShapeError: naming the estimate, the free memory and the fix.
+    """
+    available = psutil.virtual_memory().available
+    if nbytes > available:
+        raise ShapeError(f"{what} needs at least {nbytes / 2**30:.1f} GiB but {available / 2**30:.1f} GiB of memory "
+                         f"are free; use a smaller input, batch or channel count")

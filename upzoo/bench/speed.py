@@ -108,7 +108,6 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-@torch.inference_mode()
 def measure_fps(
     model: torch.nn.Module,
     input_shape: tuple[int, ...],
@@ -130,12 +129,12 @@ def measure_fps(
     was_training = model.training
     model.eval().to(device)
     x = torch.randn(*input_shape, device=device)
-    if channels_last:
+    if channels_last:  # converted outside inference mode: the model stays trainable
         fmt = torch.channels_last if x.ndim == 4 else torch.channels_last_3d
         model.to(memory_format=fmt)
         x = x.contiguous(memory_format=fmt)
     try:
-        with autocast(amp, device):
+        with torch.inference_mode(), autocast(amp, device):
             timing = time_call(lambda: model(x), warmup=warmup, runs=iters, device=device)
     finally:
         model.train(was_training)

@@ -1,29 +1,52 @@
 """The ``upzoo`` command line: thin commands over the library. Data goes to stdout, messages to
-stderr; an :class:`~upzoo.errors.UpzooError` becomes one line and exit code 1."""
+stderr. Every error is one line on stderr: ``error: ...`` with exit code 1 for problems with the
+input (an :class:`~upzoo.errors.UpzooError`), 2 for usage errors (unknown options, missing
+arguments, files that do not exist), 130 for Ctrl-C. ``UPZOO_DEBUG=1`` shows the traceback of an
+unexpected failure instead of its one-line summary."""
 
 from __future__ import annotations
 
+import os
 import sys
+import warnings
 
 import click
 
 from upzoo.cli import bench, shapes, train  # noqa: F401  (registers the commands)
 from upzoo.cli.group import cli
-from upzoo.errors import UpzooError
+from upzoo.errors import UpzooError, one_line
 
 __all__ = ["cli", "main"]
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one line naming what the user asked for, not the file that noticed."""
+    click.echo(f"warning: {one_line(str(message))}", err=True)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {one_line(message)}", err=True)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``upzoo`` console script."""
+    warnings.showwarning = _show_warning
     try:
         cli.main(args=argv, prog_name="upzoo", standalone_mode=False)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        where = f" (see '{exc.ctx.command_path} -h')" if exc.ctx is not None else ""
+        _fail(exc.format_message() + where, 2)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        _fail(exc.format_message(), exc.exit_code or 1)
     except UpzooError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        _fail(str(exc), 1)
+    except MemoryError:
+        _fail("out of memory: the input or model is too large for this machine; use a smaller size or batch", 1)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
+        if os.environ.get("UPZOO_DEBUG"):
+            raise
+        _fail(f"unexpected {type(exc).__name__}: {exc} (a bug in upzoo; UPZOO_DEBUG=1 shows the traceback)", 1)

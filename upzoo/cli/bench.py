@@ -20,7 +20,7 @@ def bench() -> None:
 @click.option("--shape", default="8x64x64x64", help="Input (B, C, *spatial); 3D with five numbers.")
 @click.option("--scale", default="2", help="Int or per-axis, e.g. 1,2,2.")
 @click.option("--device", default="cpu", help="cpu or cuda.")
-@click.option("--runs", type=int, default=5, help="Timed runs per measurement.")
+@click.option("--runs", type=click.IntRange(min=1), default=5, help="Timed runs per measurement.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV output.")
 def bench_blocks_command(shape: str, scale: str, device: str, runs: int, as_json: bool, as_csv: bool) -> None:
@@ -40,7 +40,7 @@ def bench_blocks_command(shape: str, scale: str, device: str, runs: int, as_json
 @click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
 @click.option("--input", "input_shape", default=None, help="Input shape [default: batch 1 at the crop size].")
 @click.option("--device", default="cpu", help="cpu or cuda.")
-@click.option("--runs", type=int, default=10, help="Timed iterations.")
+@click.option("--runs", type=click.IntRange(min=1), default=10, help="Timed iterations.")
 @click.option("--amp", type=click.Choice(["none", "bf16", "fp16"]), default="none", help="Autocast dtype.")
 @click.option("--channels-last", is_flag=True, help="channels_last memory format.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
@@ -103,6 +103,10 @@ def bench_compare_command(recipe: str, upsamplers: str, overrides: tuple[str, ..
 
     check_device(device)
     names = [n.strip() for n in upsamplers.split(",") if n.strip()]
+    if not names:
+        raise UpzooError(f"--upsamplers takes comma-separated block names such as transposed,dysample, got {upsamplers!r}")
+    if len(set(names)) != len(names):
+        raise UpzooError(f"--upsamplers names a block twice: {upsamplers!r}")
     for name in names:
         upsampler_info(name)  # unknown names fail before any training
     loaded = load_recipe(recipe, overrides)

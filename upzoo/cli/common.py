@@ -26,14 +26,15 @@ def parse_scale(text: str) -> int | tuple[int, ...]:
 
 
 def parse_options(pairs: tuple[str, ...]) -> dict:
-    import yaml
+    """``-o key=value`` pairs, each value parsed as YAML."""
+    from upzoo.config import parse_yaml
 
     options = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise UpzooError(f"options are key=value, got {pair!r}")
-        options[key] = yaml.safe_load(value)
+        options[key] = parse_yaml(value, f"-o {pair!r}")
     return options
 
 

@@ -20,22 +20,26 @@ def shapes() -> None:
 @click.argument("name")
 @click.option("--input", "input_shape", required=True, help="Input shape, e.g. 1x32x16x33x47.")
 @click.option("--scale", default="2", help="Int or per-axis, e.g. 1,2,2.")
-@click.option("--out-channels", type=int, default=None, help="Output channels [default: the input's].")
+@click.option("--out-channels", type=click.IntRange(min=1), default=None, help="Output channels [default: the input's].")
 @click.option("-o", "--option", "options", multiple=True, help="Block option key=value (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def shapes_block(name: str, input_shape: str, scale: str, out_channels: int | None, options: tuple[str, ...],
                  as_json: bool) -> None:
-    """Output shape of registered block NAME for an input shape (analytic, no forward pass)."""
+    """Output shape of registered block NAME for an input shape (analytic, no forward pass, and the
+    block is built on the meta device: no memory for its weights)."""
+    import torch
+
     from upzoo.registry import create_upsampler, upsampler_info
 
     shape = parse_shape(input_shape, "--input")
     if len(shape) < 3:
         raise UpzooError(f"--input needs (B, C, *spatial), got {input_shape!r}")
     info = upsampler_info(name)
-    block = create_upsampler(
-        name, spatial_dims=len(shape) - 2, in_channels=shape[1], out_channels=out_channels or shape[1],
-        scale=1 if info.kind == "post_filter" else parse_scale(scale), **parse_options(options),
-    )
+    with torch.device("meta"):
+        block = create_upsampler(
+            name, spatial_dims=len(shape) - 2, in_channels=shape[1], out_channels=out_channels or shape[1],
+            scale=1 if info.kind == "post_filter" else parse_scale(scale), **parse_options(options),
+        )
     out = block.output_shape(shape)
     if as_json:
         click.echo(to_json({"block": name, "input": shape, "output": out, "scale": block.scale}))
@@ -84,7 +88,7 @@ def shapes_model(recipe: str, input_shape: str, as_json: bool) -> None:
 @click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
 @click.option("--size", default=None, help="Spatial size to check, e.g. 350x525.")
 @click.option("--range", "size_range", default=None, help="List the valid sizes in LOW:HIGH on one axis.")
-@click.option("--axis", type=int, default=0, help="Axis for --range.")
+@click.option("--axis", type=click.IntRange(min=0), default=0, help="Axis for --range.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: int, as_json: bool) -> None:
     """Which input sizes RECIPE's model accepts: the rule per axis, a size's verdict, or a range."""
@@ -134,11 +138,11 @@ def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: in
 
 
 @shapes.command("solve")
-@click.option("--in", "in_size", type=int, required=True, help="Input size on the axis.")
-@click.option("--out", "out_size", type=int, default=None, help="Wanted output size.")
-@click.option("--scale", type=int, default=None, help="Wanted scale instead of --out.")
-@click.option("--stride", type=int, required=True, help="Stride of the transposed conv.")
-@click.option("--max-kernel", type=int, default=None, help="Largest kernel to consider [default: 2*stride+1].")
+@click.option("--in", "in_size", type=click.IntRange(min=1), required=True, help="Input size on the axis.")
+@click.option("--out", "out_size", type=click.IntRange(min=1), default=None, help="Wanted output size.")
+@click.option("--scale", type=click.IntRange(min=1), default=None, help="Wanted scale instead of --out.")
+@click.option("--stride", type=click.IntRange(min=1), required=True, help="Stride of the transposed conv.")
+@click.option("--max-kernel", type=click.IntRange(min=1), default=None, help="Largest kernel to consider [default: 2*stride+1].")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def shapes_solve(in_size: int, out_size: int | None, scale: int | None, stride: int, max_kernel: int | None,
                  as_json: bool) -> None:

@@ -22,36 +22,6 @@ def _launch_torchrun(nproc: int, args: list[str]) -> int:
     return subprocess.call(command)
 
 
-def _resume_recipe(run_dir, recipe: str | None, overrides: tuple[str, ...]):
-    """The recipe to continue ``run_dir`` with: its stored model and data, and the train/eval
-    sections of RECIPE (or the stored ones) with ``--set`` overrides, e.g. to train longer."""
-    import yaml
-
-    from upzoo.train.recipe import apply_overrides, parse_recipe
-
-    stored_path = run_dir / "recipe.yaml"
-    if not stored_path.is_file():
-        raise UpzooError(f"{run_dir} has no recipe.yaml: is it an upzoo run folder?")
-    stored = yaml.safe_load(stored_path.read_text())
-    given = stored
-    if recipe is not None:
-        try:
-            given = yaml.safe_load(open(recipe, encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise UpzooError(f"{recipe}: invalid YAML ({exc})") from None
-    given = apply_overrides(given, overrides)
-    effective = {**given, "model": stored["model"], "data": stored["data"]}
-    for section in ("model", "data"):
-        theirs, ours = parse_recipe(given, source=recipe).to_dict()[section], stored[section]
-        if section == "model" and theirs.get("strides") == "auto":  # planned at the start of the run
-            theirs = {**theirs, "strides": ours.get("strides"), "channels": ours.get("channels")}
-        if theirs != ours:
-            changed = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-            raise UpzooError(f"resuming {run_dir} cannot change {section}.{changed[0]}; only train and eval "
-                             f"settings may change, or start a new run")
-    return parse_recipe(effective, source=str(stored_path))
-
-
 @cli.command("train")
 @click.argument("recipe", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
@@ -59,7 +29,7 @@ def _resume_recipe(run_dir, recipe: str | None, overrides: tuple[str, ...]):
 @click.option("--resume", "resume_dir", type=click.Path(exists=True, file_okay=False), default=None,
               help="Continue the run in this folder from its last.pt.")
 @click.option("--out", "out_dir", default=None, help="Run folder [default: runs/<recipe>-<time>].")
-@click.option("--nproc", type=int, default=1, help="Processes for DistributedDataParallel (launches torchrun).")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, help="Processes for DistributedDataParallel (launches torchrun).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 def train_command(recipe: str | None, overrides: tuple[str, ...], resume_dir: str | None, out_dir: str | None,
@@ -75,6 +45,7 @@ def train_command(recipe: str | None, overrides: tuple[str, ...], resume_dir: st
     from pathlib import Path
 
     from upzoo.train.recipe import load_recipe
+    from upzoo.train.resume import resume_recipe
 
     if recipe is None and resume_dir is None:
         raise UpzooError("give a RECIPE to train, or --resume RUN_DIR to continue a run")
@@ -85,7 +56,7 @@ def train_command(recipe: str | None, overrides: tuple[str, ...], resume_dir: st
         args += ["--no-progress"] if no_progress else []
         sys.exit(_launch_torchrun(nproc, args))
     if resume_dir is not None:
-        loaded = _resume_recipe(Path(resume_dir), recipe, overrides)
+        loaded = resume_recipe(resume_dir, recipe, overrides)
         run_dir = resume_dir
     else:
         loaded = load_recipe(recipe, overrides)

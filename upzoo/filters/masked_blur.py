@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -111,26 +112,36 @@ class _Plan:
         return first - self.pads[axis] if self.border == "valid" else first
 
 
-def _check_options(n: int, kernel_size, sigma, border, stride, soft) -> tuple[tuple[int, ...], tuple, tuple[int, ...]]:
+def _is_number(value: object, *, finite: bool = True) -> bool:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    return math.isfinite(value) or (not finite and not math.isnan(value))
+
+
+def _check_options(
+    n: int, kernel_size, sigma, border, stride, soft, threshold=0.0
+) -> tuple[tuple[int, ...], tuple, tuple[int, ...]]:
     """Validate the shape-independent options; return per-axis kernel sizes, sigmas and strides."""
+    if not _is_number(threshold, finite=False):
+        raise ConfigError(f"threshold must be a number (inf and -inf allowed, not NaN), got {threshold!r}")
     sizes = to_ntuple(kernel_size, n, "kernel_size")
     if any(k % 2 == 0 for k in sizes):
         raise ConfigError(f"kernel_size must be odd on every axis, got {sizes}")
     sigmas = tuple(sigma) if isinstance(sigma, (tuple, list)) else (sigma,) * n
     if len(sigmas) != n or any(
-        s is not None and (isinstance(s, bool) or not isinstance(s, (int, float)) or s <= 0) for s in sigmas
+        s is not None and not (_is_number(s) and s > 0) for s in sigmas
     ):
-        raise ConfigError(f"sigma must be None, a positive number or {n} of them, got {sigma!r}")
+        raise ConfigError(f"sigma must be None, a positive finite number or {n} of them, got {sigma!r}")
     if border not in _BORDERS:
         raise ConfigError(f"border must be one of {', '.join(_BORDERS)}, got {border!r}")
     steps = to_ntuple(stride, n, "stride")
-    if soft is not None and (isinstance(soft, bool) or not isinstance(soft, (int, float)) or soft <= 0):
-        raise ConfigError(f"soft must be None or a positive temperature, got {soft!r}")
+    if soft is not None and not (_is_number(soft) and soft > 0):
+        raise ConfigError(f"soft must be None or a positive finite temperature, got {soft!r}")
     return sizes, sigmas, steps
 
 
-def _plan(spatial: Sequence[int], kernel_size, sigma, border: str, stride, soft) -> _Plan:
-    sizes, sigmas, steps = _check_options(len(spatial), kernel_size, sigma, border, stride, soft)
+def _plan(spatial: Sequence[int], kernel_size, sigma, border: str, stride, soft, threshold=0.0) -> _Plan:
+    sizes, sigmas, steps = _check_options(len(spatial), kernel_size, sigma, border, stride, soft, threshold)
     pads = tuple(k // 2 for k in sizes)
     if border == "reflect" and any(p >= s for p, s in zip(pads, spatial)):
         raise ShapeError(
@@ -464,7 +475,7 @@ def masked_gaussian_blur(
             raise ConfigError(f"mask must be bool (hard) or floating (blend weights), got {mask.dtype}")
         if soft is not None:
             raise ConfigError("soft applies to the threshold; with a mask, pass float blend weights as the mask instead")
-    plan = _plan(x.shape[2:], kernel_size, sigma, border, stride, soft)
+    plan = _plan(x.shape[2:], kernel_size, sigma, border, stride, soft, threshold)
     if any(count == 0 for _, count, _ in plan.lattice):
         return x.clone()  # nothing to blur (input smaller than the kernel with border='valid')
     return _MaskedBlurFunction.apply(x, mask, plan, float(threshold), None if soft is None else float(soft))
@@ -503,7 +514,7 @@ class MaskedGaussianBlur(nn.Module):
         self.options = dict(
             threshold=threshold, kernel_size=kernel_size, sigma=sigma, border=border, stride=stride, soft=soft
         )
-        _check_options(spatial_dims, kernel_size, sigma, border, stride, soft)  # fail now, not at forward
+        _check_options(spatial_dims, kernel_size, sigma, border, stride, soft, threshold)  # fail now, not at forward
 
     def output_shape(self, input_shape: Sequence[int]) -> tuple[int, ...]:
         """The input shape: the filter never changes it."""

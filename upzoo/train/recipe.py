@@ -8,9 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-import yaml
 
-from upzoo.config import from_dict
+from upzoo.config import from_dict, parse_yaml, read_yaml_file
 from upzoo.errors import ConfigError, did_you_mean
 from upzoo.models.factory import ModelSpec
 
@@ -142,19 +141,20 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     Raises:
         ConfigError: an override without ``=`` or without a section.
     """
+    if overrides and not isinstance(data, dict):
+        raise ConfigError(f"a recipe is a mapping with sections {', '.join(_SECTIONS)}, got {type(data).__name__}")
     data = copy.deepcopy(data)
     for item in overrides:
         path, sep, raw = item.partition("=")
         keys = path.strip().split(".")
         if not sep or len(keys) < 2 or not all(keys):
             raise ConfigError(f"--set takes section.key=value (e.g. model.upsampler=pixel_shuffle), got {item!r}")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({exc.problem})") from None
+        value = parse_yaml(raw, f"--set {item!r}")
         node = data
         for key in keys[:-1]:
-            node = node.setdefault(key, {})
+            if node.get(key) is None:
+                node[key] = {}
+            node = node[key]
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: {key!r} is not a section")
         node[keys[-1]] = value
@@ -193,15 +193,4 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     Raises:
         ConfigError: missing file, invalid YAML, invalid content.
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read recipe {str(path)!r}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}: invalid YAML{at}: {getattr(exc, 'problem', exc)}") from None
-    return parse_recipe(apply_overrides(data, overrides), source=str(path))
+    return parse_recipe(apply_overrides(read_yaml_file(path), overrides), source=str(path))

@@ -11,7 +11,9 @@ from torch import nn
 from upzoo.errors import ConfigError
 from upzoo.layers import check_input_shape, check_positive_int, to_ntuple
 
-__all__ = ["Upsampler"]
+__all__ = ["Upsampler", "MAX_SCALE"]
+
+MAX_SCALE = 256  # per axis, per block: beyond it the weights of most blocks alone exhaust memory
 
 
 class Upsampler(nn.Module):
@@ -25,7 +27,7 @@ class Upsampler(nn.Module):
     Args:
         spatial_dims: 2 for images ``(B, C, H, W)``, 3 for volumes ``(B, C, D, H, W)``.
         in_channels, out_channels: channel counts of input and output.
-        scale: an int, or one int per spatial axis such as ``(1, 2, 2)``.
+        scale: an int, or one int per spatial axis such as ``(1, 2, 2)``, each in ``1..MAX_SCALE`` (256).
 
     Raises:
         ConfigError: unsupported ``spatial_dims``, non-positive channels, bad ``scale``.
@@ -44,6 +46,8 @@ class Upsampler(nn.Module):
         self.in_channels = check_positive_int(in_channels, "in_channels")
         self.out_channels = check_positive_int(out_channels, "out_channels")
         self.scale: tuple[int, ...] = to_ntuple(scale, self.spatial_dims, "scale")
+        if max(self.scale) > MAX_SCALE:
+            raise ConfigError(f"scale must be at most {MAX_SCALE} per axis, got {scale!r}; upsample in several stages")
 
     @property
     def scale_product(self) -> int:

@@ -1,0 +1,48 @@
+"""Continuing a run: the recipe a run folder continues with (its own model and data; the train and
+eval sections may change, e.g. to train longer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from upzoo.config import read_yaml_file
+from upzoo.errors import ConfigError
+from upzoo.train.recipe import Recipe, apply_overrides, parse_recipe
+
+__all__ = ["resume_recipe"]
+
+
+def _stored_recipe(run_dir: Path) -> dict:
+    path = run_dir / "recipe.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} has no recipe.yaml: is it an upzoo run folder?")
+    stored = read_yaml_file(path, "run recipe")
+    missing = [s for s in ("model", "data") if not isinstance(stored, dict) or not isinstance(stored.get(s), dict)]
+    if missing:
+        raise ConfigError(f"{path} has no {missing[0]!r} section: it was not written by upzoo train, or was edited; "
+                          f"start a new run")
+    return stored
+
+
+def resume_recipe(run_dir: str | Path, recipe: str | Path | None = None, overrides: Sequence[str] = ()) -> Recipe:
+    """The recipe to continue ``run_dir`` with: its stored model and data, and the train/eval
+    sections of ``recipe`` (or the stored ones) with ``--set`` overrides.
+
+    Raises:
+        ConfigError: not a run folder, an unreadable stored recipe, or a change to the model or data.
+    """
+    run_dir = Path(run_dir)
+    stored = _stored_recipe(run_dir)
+    given = read_yaml_file(recipe) if recipe is not None else stored
+    given = apply_overrides(given, overrides)
+    for section in ("model", "data"):
+        theirs, ours = parse_recipe(given, source=str(recipe) if recipe else None).to_dict()[section], stored[section]
+        if section == "model" and theirs.get("strides") == "auto":  # planned at the start of the run
+            theirs = {**theirs, "strides": ours.get("strides"), "channels": ours.get("channels")}
+        if theirs != ours:
+            changed = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+            raise ConfigError(f"resuming {run_dir} cannot change {section}.{changed[0]}; only train and eval "
+                              f"settings may change, or start a new run")
+    effective = {**given, "model": stored["model"], "data": stored["data"]}
+    return parse_recipe(effective, source=str(run_dir / "recipe.yaml"))
