@@ -19,7 +19,7 @@ _MAPPINGS = (dict, collections.abc.Mapping)
 
 from upzoo.errors import ConfigError, did_you_mean
 
-__all__ = ["check_type", "validate_kwargs", "from_dict", "describe_type", "parse_yaml", "read_yaml_file"]
+__all__ = ["check_type", "type_hints", "validate_kwargs", "from_dict", "describe_type", "parse_yaml", "read_yaml_file"]
 
 
 def describe_type(tp: Any) -> str:
@@ -118,7 +118,8 @@ def check_type(value: Any, tp: Any, path: str) -> Any:
     raise _fail(path, tp, value)
 
 
-def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+def type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The resolved type hints of a function or of a class's ``__init__`` (``{}`` if unresolvable)."""
     target = fn.__init__ if isinstance(fn, type) else fn
     try:
         return typing.get_type_hints(target)
@@ -140,7 +141,7 @@ def validate_kwargs(fn: Callable[..., Any], data: Any, path: str, *, fixed: Sequ
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in fixed
     }
     takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
-    hints = _hints(fn)
+    hints = type_hints(fn)
     out: dict[str, Any] = {}
     for key, value in data.items():
         key_path = f"{path}.{key}" if path else str(key)

@@ -7,7 +7,7 @@ from typing import Any
 
 from upzoo.errors import ConfigError
 from upzoo.models import ModelSpec, build_model
-from upzoo.train.checkpoint import load_checkpoint
+from upzoo.train.checkpoint import load_checkpoint, load_weights
 from upzoo.train.common import pick_device
 from upzoo.train.evaluate import evaluate_segmentation
 from upzoo.train.recipe import Recipe
@@ -28,10 +28,10 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
 
     if recipe.task != "segmentation":
         raise ConfigError("upzoo eval evaluates segmentation recipes; GAN runs log sample grids and checkerboard scores")
-    state = load_checkpoint(checkpoint)
-    spec = ModelSpec.from_dict(state.get("model_spec") or recipe.model.to_dict())
+    state = load_checkpoint(checkpoint, kind="segmentation", purpose="upzoo eval")
+    spec = ModelSpec.from_dict(state["model_spec"])
     model = build_model(spec)
-    model.load_state_dict(state["model"])
+    load_weights(model, state["model"], checkpoint, saved_spec=state["model_spec"])
     device = pick_device(recipe.train.device)
     model.to(device)
     bundle = build_datasets(recipe.data, task="segmentation", num_classes=spec.options.get("num_classes"))

@@ -19,7 +19,7 @@ from typing import Any, Callable, Literal
 
 from torch import nn
 
-from upzoo.errors import RegistryError, did_you_mean
+from upzoo.errors import ConfigError, RegistryError, UpzooError, did_you_mean
 
 __all__ = [
     "BlockInfo",
@@ -240,7 +240,24 @@ class Registry:
                         f"{self._what} {name!r} has no option {key!r}; its options are: {listed}"
                         f"{did_you_mean(key, known)}"
                     )
-        return info.factory(**kwargs)
+        kwargs = {**kwargs, **_checked_options(info.factory, name, kwargs)}
+        try:
+            return info.factory(**kwargs)
+        except UpzooError:
+            raise
+        except (TypeError, ValueError, RuntimeError, OverflowError) as exc:  # an option PyTorch itself refused
+            shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigError(f"{self._what} {name!r} cannot be built with {shown}: {first}") from None
+
+
+def _checked_options(factory: Callable[..., nn.Module], name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The block's own options checked against its type hints (``bias=[1]`` is not a bool)."""
+    from upzoo.config import check_type, type_hints
+
+    hints = type_hints(factory)
+    return {k: check_type(v, hints[k], f"{name}.{k}") for k, v in options.items()
+            if k not in CONTRACT_ARGS and k in hints}
 
 
 UPSAMPLERS = Registry("upzoo.upsamplers")

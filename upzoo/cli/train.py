@@ -42,7 +42,6 @@ def train_command(recipe: str | None, overrides: tuple[str, ...], resume_dir: st
     train and eval settings (e.g. train.max_steps to train longer), not the model or the data.
     """
     import os
-    from pathlib import Path
 
     from upzoo.train.recipe import load_recipe
     from upzoo.train.resume import resume_recipe
@@ -61,8 +60,6 @@ def train_command(recipe: str | None, overrides: tuple[str, ...], resume_dir: st
     else:
         loaded = load_recipe(recipe, overrides)
         run_dir = out_dir or default_run_dir(recipe)
-        if (Path(run_dir) / "last.pt").exists():
-            raise UpzooError(f"{run_dir} already holds a run; use --resume {run_dir} or another --out")
     if loaded.task == "gan":
         from upzoo.train.gan import train_gan as run
     else:

@@ -18,9 +18,14 @@ import torch
 
 from upzoo.errors import DataError
 
-__all__ = ["save_checkpoint", "load_checkpoint", "FORMAT"]
+__all__ = ["save_checkpoint", "load_checkpoint", "load_weights", "FORMAT", "CHECKPOINT_KEYS"]
 
 FORMAT = "upzoo-checkpoint/1"
+CHECKPOINT_KEYS = {  # what each kind of run writes into its checkpoints
+    "segmentation": ("kind", "run_id", "model", "optimizer", "scheduler", "step", "best_metric", "rng", "recipe",
+                     "model_spec"),
+    "gan": ("kind", "run_id", "generator", "discriminator", "opt_g", "opt_d", "step", "rng", "recipe", "model_spec"),
+}
 
 
 def _digest(value: Any, h: "hashlib._Hash") -> None:
@@ -72,22 +77,78 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load and verify a checkpoint written by :func:`save_checkpoint`.
+def _read(path: Path, map_location: str | torch.device) -> Any:
+    import pickle
+
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "weights only" in str(exc).lower():
+            raise DataError(f"checkpoint {path} contains objects other than tensors and plain data, which upzoo "
+                            f"does not load; it was not written by upzoo (or was modified) and was not loaded") from None
+        raise DataError(f"checkpoint {path} is truncated or corrupt and was not loaded") from None
+    except Exception:  # torch raises RuntimeError, EOFError, ... for damaged files
+        raise DataError(f"checkpoint {path} is truncated or corrupt and was not loaded") from None
+
+
+def _kind_of(state: dict[str, Any]) -> str:
+    return state.get("kind") or ("gan" if "generator" in state else "segmentation" if "model" in state else "unknown")
+
+
+def load_checkpoint(
+    path: str | Path, *, kind: str | None = None, purpose: str = "", map_location: str | torch.device = "cpu"
+) -> dict[str, Any]:
+    """Load and verify a checkpoint written by :func:`save_checkpoint`; with ``kind``
+    (``segmentation`` or ``gan``) also that it is a complete checkpoint of that kind of run.
 
     Raises:
-        DataError: missing, truncated, unreadable or modified file (digest mismatch), naming it.
+        DataError: missing, truncated, unreadable or modified file (digest mismatch), a file holding
+            objects other than tensors and plain data, or a checkpoint of another kind; naming it.
     """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"checkpoint {path} does not exist")
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # torch raises RuntimeError, pickle errors, EOFError, ... for damaged files
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"checkpoint {path} is truncated or corrupt and was not loaded ({first})") from None
+    state = _read(path, map_location)
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise DataError(f"{path} is not an upzoo checkpoint (no {FORMAT!r} format tag)")
     if state.get("digest") != digest(state):
         raise DataError(f"checkpoint {path} is corrupt (its contents do not match their digest) and was not loaded")
+    if kind is not None:
+        found = _kind_of(state)
+        if found != kind:
+            raise DataError(f"checkpoint {path} is from a {found} run; {purpose or 'this'} needs a checkpoint of a "
+                            f"{kind} run")
+        missing = [key for key in CHECKPOINT_KEYS[kind] if key not in state]
+        if missing:
+            raise DataError(f"checkpoint {path} lacks {', '.join(missing)}: it is not a complete checkpoint of an "
+                            f"upzoo {kind} run")
     return state
+
+
+def _describe_spec(spec: Any) -> str:
+    if not isinstance(spec, dict):
+        return "an unknown model"
+    keys = ("architecture", "spatial_dims", "encoder", "in_channels", "num_classes", "channels", "upsampler")
+    return ", ".join(f"{k}={spec[k]}" for k in keys if k in spec)
+
+
+def load_weights(module: torch.nn.Module, weights: dict[str, Any], path: str | Path, *,
+                 saved_spec: Any = None, expected_spec: Any = None) -> None:
+    """``module.load_state_dict(weights)`` with a one-line error when they do not fit.
+
+    Raises:
+        DataError: naming the checkpoint, what differs, and both models where known.
+    """
+    own = module.state_dict()
+    missing = [k for k in own if k not in weights]
+    extra = [k for k in weights if k not in own]
+    wrong = [k for k in own if k in weights and tuple(weights[k].shape) != tuple(own[k].shape)]
+    if not (missing or extra or wrong):
+        module.load_state_dict(weights)
+        return
+    first = (missing or extra or wrong)[0]
+    detail = f"{len(missing)} missing, {len(extra)} unexpected and {len(wrong)} differently shaped tensors (first: {first!r})"
+    models = ""
+    if saved_spec is not None or expected_spec is not None:
+        models = f"; the checkpoint holds {_describe_spec(saved_spec)}, this recipe builds {_describe_spec(expected_spec)}"
+    raise DataError(f"checkpoint {path} does not fit this model: {detail}{models}")

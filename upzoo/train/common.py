@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import math
+import os
 import random
 import signal
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -126,12 +129,94 @@ def check_finite_parameters(modules: Iterable[torch.nn.Module], step: int, run_d
 
 
 class RunFolder:
-    """A run's folder: ``recipe.yaml`` (resolved), ``metrics.csv`` (appended), checkpoints, PNGs."""
+    """A run's folder: ``recipe.yaml`` (resolved), ``run.json`` (the run's identity),
+    ``metrics.csv`` (appended), checkpoints, PNGs.
 
-    def __init__(self, path: str | Path, columns: list[str]) -> None:
+    One run per folder: the writing process (``lock=True``, rank 0) holds an exclusive lock on
+    ``.lock`` until :meth:`close` (or its exit), so a second run into the same folder stops at once.
+    A new run refuses a folder that already holds one; a resumed run needs one.
+
+    Raises:
+        ConfigError: the path is a file or cannot be created or written, the folder is in use,
+            already holds a run (new) or holds none (resume).
+    """
+
+    def __init__(self, path: str | Path, columns: list[str], *, resume: bool = False, lock: bool = True) -> None:
         self.path = Path(path)
         self.columns = columns
-        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock_fd: int | None = None
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise ConfigError(f"run folder {str(self.path)!r} is a file; give a folder path (--out)") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot create run folder {str(self.path)!r}: {exc.strerror or exc}") from None
+        if lock:
+            self._lock()
+            self._check_state(resume)
+
+    def _lock(self) -> None:
+        import fcntl
+
+        try:
+            fd = os.open(self.path / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"run folder {str(self.path)!r} is not writable: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigError(f"run folder {str(self.path)!r} is in use by another run; wait for it to finish or "
+                              f"choose another --out") from None
+        self._lock_fd = fd
+
+    def _check_state(self, resume: bool) -> None:
+        holds_run = (self.path / "recipe.yaml").exists() or (self.path / "last.pt").exists()
+        if resume and not (self.path / "last.pt").is_file():
+            self.close()
+            raise ConfigError(f"{self.path} holds no last.pt to resume from; start a new run instead")
+        if not resume and holds_run:
+            self.close()
+            raise ConfigError(f"{self.path} already holds a run; continue it with --resume {self.path} or choose "
+                              f"another --out")
+
+    def close(self) -> None:
+        """Release the folder for other runs."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def start_identity(self) -> str:
+        """A new run's id, written to ``run.json``; checkpoints carry it."""
+        run_id = uuid.uuid4().hex
+        (self.path / "run.json").write_text(json.dumps({"run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+        return run_id
+
+    def identity(self) -> str:
+        """The id of the run this folder holds (from ``run.json``).
+
+        Raises:
+            ConfigError: no readable ``run.json``.
+        """
+        try:
+            return str(json.loads((self.path / "run.json").read_text())["run_id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise ConfigError(f"{self.path} has no readable run.json (the run's identity); it was not written by "
+                              f"this version of upzoo train, so it cannot be resumed: start a new run") from None
+
+    def check_checkpoint_identity(self, state: dict[str, Any], name: str = "last.pt") -> None:
+        """Refuse a checkpoint that another run wrote (copied into this folder).
+
+        Raises:
+            TrainingError: naming both run ids.
+        """
+        own, theirs = self.identity(), state.get("run_id")
+        if theirs != own:
+            raise TrainingError(f"{self.path / name} belongs to run {theirs}, not to this folder's run {own} "
+                                f"(run.json); it was copied from another run folder: start a new run from it instead")
 
     def write_recipe(self, recipe_dict: dict[str, Any]) -> None:
         (self.path / "recipe.yaml").write_text(yaml.safe_dump(recipe_dict, sort_keys=False))

@@ -14,7 +14,7 @@ from torch import nn
 from upzoo.bench.artifacts import image_checkerboard
 from upzoo.errors import ConfigError
 from upzoo.models import build_discriminator, build_model
-from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
+from upzoo.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
 from upzoo.train.common import (RunFolder, StopFlag, Throughput, autocast, build_optimizer, check_finite,
                                 check_finite_parameters, pick_device,
                                 restore_rng_state, rng_state, seed_everything)
@@ -43,6 +43,7 @@ def train_gan(
     cfg, data_cfg, spec = recipe.train, recipe.data, recipe.model
     device = pick_device(cfg.device)
     ctx = init_distributed(device)
+    run = RunFolder(run_dir, COLUMNS, resume=resume, lock=ctx.is_main)
     seed_everything(cfg.seed, cfg.deterministic)
     resolution, latent = spec.options["resolution"], spec.options["latent_dim"]
     bundle = build_datasets(data_cfg, task="gan", resolution=resolution)
@@ -60,12 +61,15 @@ def train_gan(
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     opt_g, opt_d = build_optimizer(generator.parameters(), cfg), build_optimizer(discriminator.parameters(), cfg)
     fixed_z = torch.randn(64, latent, generator=torch.Generator().manual_seed(cfg.seed)).to(device)
-    run = RunFolder(run_dir, COLUMNS)
-    step, epoch = 0, 0
+    step, epoch, run_id = 0, 0, None
     if resume:
-        state = load_checkpoint(run.path / "last.pt")
-        generator.load_state_dict(state["generator"])
-        discriminator.load_state_dict(state["discriminator"])
+        path = run.path / "last.pt"
+        state = load_checkpoint(path, kind="gan", purpose="resuming a GAN run")
+        if ctx.is_main:
+            run.check_checkpoint_identity(state)
+        run_id = state["run_id"]
+        load_weights(generator, state["generator"], path, saved_spec=state["model_spec"], expected_spec=spec.to_dict())
+        load_weights(discriminator, state["discriminator"], path)
         opt_g.load_state_dict(state["opt_g"])
         opt_d.load_state_dict(state["opt_d"])
         step = state["step"]
@@ -74,6 +78,7 @@ def train_gan(
         if ctx.is_main:
             run.truncate_metrics(step)
     elif ctx.is_main:
+        run_id = run.start_identity()
         run.write_recipe(recipe.to_dict())
 
     def checkpoint() -> None:
@@ -81,7 +86,8 @@ def train_gan(
         sync_buffers(discriminator, ctx)
         if ctx.is_main:
             check_finite_parameters([generator, discriminator], step, run.path)
-            save_checkpoint({"generator": generator.state_dict(), "discriminator": discriminator.state_dict(),
+            save_checkpoint({"kind": "gan", "run_id": run_id, "model_spec": spec.to_dict(),
+                             "generator": generator.state_dict(), "discriminator": discriminator.state_dict(),
                              "opt_g": opt_g.state_dict(), "opt_d": opt_d.state_dict(), "step": step, "epoch": epoch,
                              "rng": rng_state(), "recipe": recipe.to_dict()}, run.path / "last.pt")
 
@@ -170,5 +176,6 @@ def train_gan(
                "checkerboard": last_score, "seconds": time.perf_counter() - started, "run_dir": str(run.path)}
     if ctx.is_main:
         (run.path / "summary.json").write_text(to_json(summary))
+    run.close()
     finish_distributed(ctx)
     return summary

@@ -12,7 +12,7 @@ from torch import nn
 
 from upzoo.errors import ConfigError, TrainingError
 from upzoo.models import build_model
-from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
+from upzoo.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
 from upzoo.train.common import (RunFolder, StopFlag, Throughput, autocast, build_optimizer, build_scheduler,
                                 check_finite, check_finite_parameters, needs_grad_scaler, pick_device, restore_rng_state, rng_state,
                                 seed_everything)
@@ -91,6 +91,7 @@ def train_segmentation(
     cfg, data_cfg = recipe.train, recipe.data
     device = pick_device(cfg.device)
     ctx = init_distributed(device)
+    run = RunFolder(run_dir, COLUMNS, resume=resume, lock=ctx.is_main)
     seed_everything(cfg.seed, cfg.deterministic)
     bundle = build_datasets(data_cfg, task="segmentation",
                             num_classes=recipe.model.options.get("num_classes"))
@@ -113,11 +114,14 @@ def train_segmentation(
     optimizer = build_optimizer(model.parameters(), cfg)
     scheduler = build_scheduler(optimizer, cfg, total_steps)
     scaler = torch.amp.GradScaler(device.type) if needs_grad_scaler(cfg.amp, device) else None
-    run = RunFolder(run_dir, COLUMNS)
-    step, epoch, best = 0, 0, float("-inf")
+    step, epoch, best, run_id = 0, 0, float("-inf"), None
     if resume:
-        state = load_checkpoint(run.path / "last.pt")
-        model.load_state_dict(state["model"])
+        state = load_checkpoint(run.path / "last.pt", kind="segmentation", purpose="resuming a segmentation run")
+        if ctx.is_main:
+            run.check_checkpoint_identity(state)
+        run_id = state["run_id"]
+        load_weights(model, state["model"], run.path / "last.pt", saved_spec=state["model_spec"],
+                     expected_spec=resolved_model)
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         if scaler is not None and state.get("scaler"):
@@ -128,6 +132,7 @@ def train_segmentation(
         if ctx.is_main:
             run.truncate_metrics(step)
     elif ctx.is_main:
+        run_id = run.start_identity()
         run.write_recipe({**recipe.to_dict(), "model": resolved_model})
 
     def checkpoint(name: str) -> None:
@@ -135,7 +140,7 @@ def train_segmentation(
         if ctx.is_main:
             check_finite_parameters([model], step, run.path)
             save_checkpoint({
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "kind": "segmentation", "run_id": run_id, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "scaler": scaler.state_dict() if scaler is not None else {}, "step": step, "epoch": epoch,
                 "best_metric": best, "rng": rng_state(), "recipe": recipe.to_dict(), "model_spec": resolved_model,
             }, run.path / name)
@@ -245,6 +250,7 @@ def train_segmentation(
     }
     if ctx.is_main:
         (run.path / "summary.json").write_text(to_json(summary))
+    run.close()
     finish_distributed(ctx)
     return summary
 
