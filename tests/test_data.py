@@ -194,7 +194,8 @@ def test_real_mni152_template_and_brain_mask_load_through_the_dataset(tmp_path):
     template, mask = load_mni152_template(resolution=2), load_mni152_brain_mask(resolution=2)
     for folder, image in (("imagesTr", template), ("labelsTr", mask)):
         (tmp_path / folder).mkdir()
-        nib.save(image, str(tmp_path / folder / "mni152.nii.gz"))
+        for name in ("mni152.nii.gz", "mni152_copy.nii.gz"):  # one case to train on, one to validate
+            nib.save(image, str(tmp_path / folder / name))
     array, spacing = read_volume(tmp_path / "imagesTr" / "mni152.nii.gz")
     assert spacing == (2.0, 2.0, 2.0) and array.shape == template.shape[::-1]
     ds = VolumeDataset(tmp_path, "train", normalize="zscore")
@@ -223,8 +224,9 @@ def test_decathlon_json_and_folder_convention_and_npy(volumes, tmp_path):
     folder = tmp_path / "npy"
     (folder / "images").mkdir(parents=True)
     (folder / "labels").mkdir()
-    np.save(folder / "images" / "a.npy", np.random.rand(4, 6, 6).astype(np.float32))
-    np.save(folder / "labels" / "a.npy", np.ones((4, 6, 6), np.uint8))
+    for name in ("a.npy", "b.npy"):
+        np.save(folder / "images" / name, np.random.rand(4, 6, 6).astype(np.float32))
+        np.save(folder / "labels" / name, np.ones((4, 6, 6), np.uint8))
     sample = VolumeDataset(folder, "train")[0]
     assert sample["image"].shape == (1, 4, 6, 6) and sample["spacing"].tolist() == [1.0, 1.0, 1.0]
 

@@ -34,7 +34,8 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
     load_weights(model, state["model"], checkpoint, saved_spec=state["model_spec"])
     device = pick_device(recipe.train.device)
     model.to(device)
-    bundle = build_datasets(recipe.data, task="segmentation", num_classes=spec.options.get("num_classes"))
+    bundle = build_datasets(recipe.data, task="segmentation", num_classes=spec.options.get("num_classes"),
+                            in_channels=spec.options.get("in_channels"))
     num_classes = bundle.num_classes or spec.options["num_classes"]
     metrics, _ = evaluate_segmentation(
         model, bundle.val, num_classes=num_classes, ignore_index=bundle.ignore_index, device=device,

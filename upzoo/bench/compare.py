@@ -176,7 +176,8 @@ def compare_upsamplers(
         spec = ModelSpec.from_dict({**recipe.model.to_dict(), "upsampler": name})
         variant = replace(recipe, model=spec)
         summary = train_segmentation(variant, out_dir / name, progress=False)
-        bundle = build_datasets(variant.data, task="segmentation", num_classes=spec.options.get("num_classes"))
+        bundle = build_datasets(variant.data, task="segmentation", num_classes=spec.options.get("num_classes"),
+                                in_channels=spec.options.get("in_channels"))
         model, _ = build_segmentation_model(variant, bundle)
         sample = bundle.val[0]["image"] if bundle.val is not None else bundle.train[0]["image"]
         shape = (1, *sample.shape) if variant.data.kind != "volumes" else (1, sample.shape[0], *variant.data.crop_size)

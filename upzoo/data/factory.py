@@ -31,7 +31,10 @@ class DataBundle:
     spacing: tuple[float, ...] | None = None
 
 
-def build_datasets(data: Any, *, task: str, resolution: int | None = None, num_classes: int | None = None) -> DataBundle:
+def build_datasets(
+    data: Any, *, task: str, resolution: int | None = None, num_classes: int | None = None,
+    in_channels: int | None = None,
+) -> DataBundle:
     """Datasets for ``data`` (a :class:`~upzoo.train.recipe.DataConfig`).
 
     Raises:
@@ -75,7 +78,8 @@ def build_datasets(data: Any, *, task: str, resolution: int | None = None, num_c
             data.cache_dir, train=data.synthetic_train, val=data.synthetic_val, shape=data.synthetic_size or VOLUME_SIZE,
             spacing=data.synthetic_spacing, seed=data.synthetic_seed)
         common = dict(normalize=_normalization(data.normalize, VOLUME_NORMALIZATIONS, "volumes"),
-                      ct_window=data.ct_window)
+                      ct_window=data.ct_window, num_classes=num_classes, channels=in_channels,
+                      allow_outside_root=data.allow_outside_root)
         train = VolumeDataset(root, "train", patch_size=data.crop_size, foreground_ratio=data.foreground_ratio,
                               transform=T.volume_3d(train=True, augment=data.augment), **common)
         val = VolumeDataset(root, "val", **common)

@@ -21,11 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from upzoo.data.decathlon import read_dataset_json, resolve_inside
 from upzoo.data.seeding import reseed
 from upzoo.errors import DataError
 
 __all__ = [
-    "read_volume", "write_nifti", "VolumeCase", "find_cases", "normalize_intensity", "sample_patch",
+    "read_volume", "write_nifti", "VolumeCase", "find_cases", "validation_split", "normalize_intensity", "sample_patch",
     "VolumeDataset", "gaussian_importance", "sliding_window_inference",
 ]
 
@@ -91,27 +92,26 @@ class VolumeCase:
     label: Path
 
 
-def find_cases(root: str | Path) -> tuple[list[VolumeCase], dict]:
-    """All labelled cases under ``root`` and the dataset description (``dataset.json`` or ``{}``).
+def find_cases(root: str | Path, *, allow_outside_root: bool = False) -> tuple[list[VolumeCase], dict]:
+    """All labelled cases under ``root`` and the checked dataset description (see
+    :func:`~upzoo.data.decathlon.read_dataset_json`; empty fields without ``dataset.json``).
 
     Raises:
-        DataError: missing folder, a listed or found image without its label, no cases.
+        DataError: missing folder, an invalid ``dataset.json``, a listed path outside ``root``
+            (unless ``allow_outside_root``), a listed or found image without its label, no cases.
     """
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"volume dataset folder {root} does not exist")
-    meta: dict = {}
+    meta: dict = {"training": [], "test": [], "labels": None, "spacing": None, "validation_count": None}
     cases = []
     listing = root / "dataset.json"
     if listing.is_file():
-        try:
-            meta = json.loads(listing.read_text())
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{listing}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
-        for entry in meta.get("training", []):
-            if not isinstance(entry, dict) or "image" not in entry or "label" not in entry:
-                raise DataError(f"{listing}: every 'training' entry needs 'image' and 'label', got {entry!r}")
-            cases.append(VolumeCase(root / entry["image"], root / entry["label"]))
+        meta = read_dataset_json(listing)
+        for i, entry in enumerate(meta["training"]):
+            image, label = (resolve_inside(root, entry[k], f"{listing}: training[{i}].{k}",
+                                           allow_outside=allow_outside_root) for k in ("image", "label"))
+            cases.append(VolumeCase(image, label))
     else:
         for images, labels in (("imagesTr", "labelsTr"), ("images", "labels")):
             if (root / images).is_dir():
@@ -127,6 +127,22 @@ def find_cases(root: str | Path) -> tuple[list[VolumeCase], dict]:
     if not cases:
         raise DataError(f"{root}: no labelled volumes found")
     return cases, meta
+
+
+def validation_split(count: int | None, total: int, where: str) -> int:
+    """How many of ``total`` cases validate: ``count`` (``validation_count``) or 20 %, at least 1,
+    always leaving at least one case for training, so that no case is in both splits.
+
+    Raises:
+        DataError: a count outside ``1..total - 1``, or fewer than two cases.
+    """
+    if count is None:
+        count = max(1, round(0.2 * total))
+    if not 1 <= count <= total - 1:
+        need = "; a dataset needs at least 2 cases (one to train on, one to validate)" if total < 2 else ""
+        raise DataError(f"{where}: validation_count must be in 1..{total - 1} for {total} cases so that validation "
+                        f"never sees training cases, got {count}{need}")
+    return count
 
 
 def normalize_intensity(volume: np.ndarray, mode: Normalization, window: Sequence[float] = (-1000.0, 1000.0)) -> np.ndarray:
@@ -177,10 +193,15 @@ class VolumeDataset(Dataset):
         foreground_ratio: share of training patches centred on foreground.
         transform: an albumentations pipeline taking ``volume`` and ``mask3d`` (optional).
         seed: base seed of the patch sampler (combined with the epoch and index).
+        num_classes: classes when ``dataset.json`` lists no ``labels`` (the model's); labels must
+            be whole numbers in ``0..num_classes-1`` (``0..255`` when neither is known).
+        channels: image channels every case must have (the model's ``in_channels``), if known.
+        allow_outside_root: let ``dataset.json`` list files outside ``root``.
 
     Raises:
-        DataError: layout problems at construction; unreadable files, image/label shape mismatch
-            and labels outside ``0..num_classes-1`` when a case is read, naming the file.
+        DataError: layout problems at construction; unreadable files, image/label shape mismatch,
+            the wrong channel count and labels outside ``0..num_classes-1`` when a case is read,
+            naming the file and the value.
     """
 
     ignore_index = 255
@@ -196,19 +217,19 @@ class VolumeDataset(Dataset):
         foreground_ratio: float = 0.33,
         transform: Callable | None = None,
         seed: int = 0,
+        num_classes: int | None = None,
+        channels: int | None = None,
+        allow_outside_root: bool = False,
     ) -> None:
-        cases, meta = find_cases(root)
-        val_count = int(meta.get("validation_count", max(1, round(0.2 * len(cases))) if len(cases) > 1 else 0))
-        if split == "train":
-            self.cases = cases[: len(cases) - val_count] or cases
-        elif split == "val":
-            self.cases = cases[len(cases) - val_count:] or cases
-        else:
+        cases, meta = find_cases(root, allow_outside_root=allow_outside_root)
+        if split not in ("train", "val"):
             raise DataError(f"split must be 'train' or 'val' for volumes, got {split!r}")
-        labels = meta.get("labels")
-        self.class_names = [labels[k] for k in sorted(labels, key=int)] if isinstance(labels, dict) else None
-        self.num_classes = len(self.class_names) if self.class_names else None
-        self.spacing_override = tuple(meta["spacing"]) if "spacing" in meta else None
+        val_count = validation_split(meta["validation_count"], len(cases), str(root))
+        self.cases = cases[: len(cases) - val_count] if split == "train" else cases[len(cases) - val_count:]
+        self.class_names = meta["labels"]
+        self.num_classes = len(self.class_names) if self.class_names else num_classes
+        self.channels = channels
+        self.spacing_override = meta["spacing"]
         self.split, self.patch_size, self.normalize, self.ct_window = split, patch_size, normalize, ct_window
         self.foreground_ratio, self.transform, self.seed, self.epoch = foreground_ratio, transform, seed, 0
 
@@ -226,13 +247,17 @@ class VolumeDataset(Dataset):
         label, _ = read_volume(case.label)
         if image.ndim == 3:
             image = image[None]
+        if self.channels is not None and image.shape[0] != self.channels:
+            raise DataError(f"{case.image}: a volume with {image.shape[0]} channel(s), but the model takes "
+                            f"{self.channels} (model.in_channels)")
         if label.ndim != 3 or label.shape != image.shape[1:]:
             raise DataError(f"{case.label}: label shape {label.shape} does not match image {case.image} {image.shape[1:]}")
-        if label.min() < 0 or (self.num_classes and label.max() >= self.num_classes) or np.any(label != np.round(label)):
-            raise DataError(f"{case.label}: labels must be whole numbers in 0..{(self.num_classes or 256) - 1}, "
-                            f"got values in {label.min():g}..{label.max():g}")
+        classes = self.num_classes or 256
+        if label.min() < 0 or label.max() >= classes or np.any(label != np.round(label)):
+            raise DataError(f"{case.label}: labels must be whole numbers in 0..{classes - 1} (the classes of "
+                            f"dataset.json or model.num_classes), got values in {label.min():g}..{label.max():g}")
         image = np.stack([normalize_intensity(c, self.normalize, self.ct_window) for c in image]).astype(np.float32)
-        return image, label.astype(np.uint8), self.spacing_override or spacing
+        return image, label.astype(np.uint8 if classes <= 256 else np.int64), self.spacing_override or spacing
 
     def __getitem__(self, index: int) -> dict:
         image, label, spacing = self.load(index)

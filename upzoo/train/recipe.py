@@ -43,6 +43,7 @@ class DataConfig:
     normalize: Literal["imagenet", "zscore", "ct", "minmax", "none"] | None = None
     ct_window: Sequence[float] = (-1000.0, 1000.0)
     foreground_ratio: float = 0.33
+    allow_outside_root: bool = False
     batch_size: int = 4
     num_workers: int = 2
 

@@ -93,8 +93,8 @@ def train_segmentation(
     ctx = init_distributed(device)
     run = RunFolder(run_dir, COLUMNS, resume=resume, lock=ctx.is_main)
     seed_everything(cfg.seed, cfg.deterministic)
-    bundle = build_datasets(data_cfg, task="segmentation",
-                            num_classes=recipe.model.options.get("num_classes"))
+    bundle = build_datasets(data_cfg, task="segmentation", num_classes=recipe.model.options.get("num_classes"),
+                            in_channels=recipe.model.options.get("in_channels"))
     model, resolved_model = build_segmentation_model(recipe, bundle)
     volumes = data_cfg.kind == "volumes"
     num_classes = bundle.num_classes or resolved_model["num_classes"]
