@@ -229,6 +229,28 @@ def test_transposed_solutions_are_exact_and_flag_uneven_overlap(n, stride, scale
         assert layer(torch.zeros(1, 1, n)).shape[-1] == n * scale
 
 
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 30), target=st.integers(1, 90), stride=st.integers(1, 7), dilation=st.integers(1, 3))
+def test_transposed_solver_finds_exactly_what_brute_force_finds(n, target, stride, dilation):
+    from upzoo.upsamplers.transposed import overlap_counts
+
+    expected = {
+        (k, p, op, d, len(set(overlap_counts(k, stride, d))) > 1)
+        for d in range(1, dilation + 1) for k in range(1, 9) for op in range(max(stride, d))
+        for p in range(d * (k - 1) + 1)
+        if conv_transpose_output_size(n, kernel_size=k, stride=stride, padding=p, output_padding=op, dilation=d) == target
+    }
+    found = solve_transposed(n, target, stride=stride, max_kernel=8, max_dilation=dilation)
+    assert {(s.kernel_size, s.padding, s.output_padding, s.dilation, s.uneven_overlap) for s in found} == expected
+
+
+def test_transposed_solver_cost_does_not_grow_with_the_stride():
+    assert solve_transposed(33, 66, stride=99_999_999) == []  # was cubic in the stride: minutes
+    assert len(solve_transposed(1, 66, stride=10_000_000, max_kernel=64)) > 0
+    with pytest.raises(ConfigError, match="max_kernel and max_dilation go up to 256 and 16, got 100000000"):
+        solve_transposed(33, 66, stride=2, max_kernel=100_000_000)
+
+
 def test_transposed_solver_ranks_even_overlap_first():
     best = solve_transposed(33, 66, stride=2)
     assert (best[0].kernel_size, best[0].padding) == (2, 0)

@@ -115,8 +115,8 @@ def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: in
             low_i, high_i = int(low), int(high)
         except ValueError:
             raise UpzooError(f"--range must look like 256:2048, got {size_range!r}") from None
-        if not 0 <= axis < solver.spatial_dims or low_i > high_i:
-            raise UpzooError(f"--axis must be in 0..{solver.spatial_dims - 1} and LOW <= HIGH")
+        if not axis < solver.spatial_dims:
+            raise UpzooError(f"--axis must be in 0..{solver.spatial_dims - 1} for this model, got {axis}")
         result["axis"], result["valid_sizes"] = axis, solver.valid_sizes(axis, low_i, high_i)
     if as_json:
         click.echo(to_json(result))

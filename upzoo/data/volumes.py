@@ -9,7 +9,6 @@ typical scan comes first and its spacing is ``spacing[0]`` (``5.0`` in a 5.0 x 0
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass

@@ -26,6 +26,8 @@ from upzoo.shapes.trace import layer_modules, to_meta
 __all__ = ["AxisRule", "AxisCheck", "ShapeSolver"]
 
 Path = Literal["analytic", "probe"]
+MAX_RANGE = 1_000_000  # sizes a valid_sizes() query may span (arithmetic)
+MAX_PROBED_RANGE = 4_096  # the same where each size is probed on the meta device
 _PROBE = 256  # per-axis size of the one encoder trace; any size the encoder alone can run at
 
 
@@ -191,8 +193,19 @@ class ShapeSolver:
         return all(self.axis_valid(a, n) for a, n in enumerate(size))
 
     def valid_sizes(self, axis: int, low: int, high: int) -> list[int]:
-        """Every valid size in ``[low, high]`` on ``axis``."""
-        return [n for n in range(max(1, low), high + 1) if self.axis_valid(axis, n)]
+        """Every valid size in ``[low, high]`` on ``axis``.
+
+        Raises:
+            ShapeError: an empty range, or one wider than ``MAX_RANGE`` sizes.
+        """
+        most = MAX_RANGE if self.path == "analytic" else MAX_PROBED_RANGE
+        if not 1 <= low <= high or high - low >= most:
+            raise ShapeError(f"a size range LOW:HIGH needs 1 <= LOW <= HIGH and at most {most:,} sizes "
+                             f"({self.path} path), got {low}:{high}")
+        rule = self.rule(axis) if self.path == "analytic" else None
+        if rule is not None:
+            return list(range(rule.above(low), high + 1, rule.multiple))
+        return [n for n in range(low, high + 1) if self.axis_valid(axis, n)]
 
     def rule(self, axis: int, *, search: int = 4096) -> AxisRule | None:
         """The arithmetic rule of valid sizes on ``axis`` (checked on ``1..search``), or ``None`` if
@@ -202,7 +215,7 @@ class ShapeSolver:
         if self._structure is not None and self._structure.native is not None:
             return self.model.size_rules[axis]
         limit = search if self.path == "analytic" else 256
-        valid = self.valid_sizes(axis, 1, limit)
+        valid = [n for n in range(1, limit + 1) if self.axis_valid(axis, n)]
         found = None
         if len(valid) >= 2:
             step = reduce(math.gcd, (b - a for a, b in zip(valid, valid[1:])))

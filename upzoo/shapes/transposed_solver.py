@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 from upzoo.errors import ConfigError
 from upzoo.shapes.rules import conv_transpose_output_size
-from upzoo.upsamplers.transposed import overlap_counts
 
-__all__ = ["TransposedSolution", "solve_transposed"]
+__all__ = ["TransposedSolution", "solve_transposed", "MAX_KERNEL", "MAX_DILATION"]
+
+MAX_KERNEL = 256
+MAX_DILATION = 16
 
 
 @dataclass(frozen=True)
@@ -48,19 +51,35 @@ def solve_transposed(
         raise ConfigError("give exactly one of out_size and scale")
     target = out_size if out_size is not None else in_size * int(scale)  # type: ignore[arg-type]
     for name, value in (("in_size", in_size), ("out size", target), ("stride", stride), ("max_dilation", max_dilation)):
-        if not isinstance(value, int) or value < 1:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{name} must be a positive int, got {value!r}")
-    max_kernel = max_kernel or max(2 * stride + 1, 4)
-    found = []
-    for dilation in range(1, max_dilation + 1):
-        for kernel in range(1, max_kernel + 1):
-            for output_padding in range(max(stride, dilation)):
-                for padding in range(0, dilation * (kernel - 1) + 1):
-                    size = conv_transpose_output_size(
-                        in_size, kernel_size=kernel, stride=stride, padding=padding,
-                        output_padding=output_padding, dilation=dilation,
-                    )
-                    if size == target:
-                        uneven = len(set(overlap_counts(kernel, stride, dilation))) > 1
-                        found.append(TransposedSolution(kernel, padding, output_padding, dilation, uneven))
+    max_kernel = max_kernel or min(max(2 * stride + 1, 4), MAX_KERNEL)
+    if max_kernel > MAX_KERNEL or max_dilation > MAX_DILATION:
+        raise ConfigError(f"max_kernel and max_dilation go up to {MAX_KERNEL} and {MAX_DILATION}, got {max_kernel} and "
+                          f"{max_dilation}; larger transposed convs are not practical")
+    found = [
+        TransposedSolution(kernel, padding, output_padding, dilation, _uneven(kernel, stride, dilation))
+        for dilation in range(1, max_dilation + 1)
+        for kernel in range(1, max_kernel + 1)
+        for padding, output_padding in _paddings(in_size, target, stride, kernel, dilation)
+    ]
     return sorted(found, key=lambda s: (s.uneven_overlap, s.output_padding > 0, s.dilation, s.kernel_size, s.padding))
+
+
+def _uneven(kernel: int, stride: int, dilation: int) -> bool:
+    """Whether the taps land unevenly on the ``stride`` output phases (as
+    :func:`~upzoo.upsamplers.transposed.overlap_counts`, in ``O(kernel)`` for any stride)."""
+    counts = Counter(tap * dilation % stride for tap in range(kernel))
+    return len(counts) < stride or len(set(counts.values())) > 1
+
+
+def _paddings(in_size: int, target: int, stride: int, kernel: int, dilation: int) -> list[tuple[int, int]]:
+    """Every ``(padding, output_padding)`` with ``0 <= padding <= dilation * (kernel - 1)`` and
+    ``0 <= output_padding < max(stride, dilation)`` reaching ``target``, solved for directly:
+    ``target = base - 2 * padding + output_padding``, so the cost does not grow with the stride."""
+    base = conv_transpose_output_size(in_size, kernel_size=kernel, stride=stride, dilation=dilation)
+    limit = max(stride, dilation)
+    # output_padding = target - base + 2 * padding must lie in [0, limit)
+    low = max(0, -(-(base - target) // 2))
+    high = min(dilation * (kernel - 1), (base - target + limit - 1) // 2)
+    return [(p, target - base + 2 * p) for p in range(low, high + 1)]
