@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from upzoo import ConfigError, ShapeError, create_upsampler
+from upzoo import ConfigError, ShapeError, UNet, create_upsampler
 from upzoo.upsamplers import CheckerboardWarning, pixel_shuffle_nd, transposed_output_size
 
 
@@ -46,9 +46,15 @@ def test_transposed_output_formula_matches_pytorch(kernel, stride, padding, outp
 
 
 def test_transposed_uneven_overlap_warns_and_dcgan_preset_does_not():
-    with pytest.warns(CheckerboardWarning, match=r"kernel_size=\(3, 3\) and stride=\(2, 2\): kernels overlap unevenly"):
+    with pytest.warns(CheckerboardWarning, match=r"^transposed: kernel_size=\(3, 3\) at stride \(2, 2\) overlaps "
+                                                 r"unevenly on axes \[0, 1\]") as caught:
         create_upsampler("transposed", spatial_dims=2, in_channels=2, out_channels=2, scale=2, kernel_size=3,
                          padding=1, output_padding=1)
+    assert caught[0].filename == __file__  # the warning points at the user's call, not at upzoo's internals
+    with pytest.warns(CheckerboardWarning, match=r"^UNet decoder stage 1 \(upsampler_options\): transposed: ") as caught:
+        UNet(spatial_dims=2, in_channels=1, num_classes=1, channels=(2, 2, 2), upsampler=["transposed", "transposed"],
+             upsampler_options=[None, {"kernel_size": 3, "padding": 1, "output_padding": 1}])
+    assert caught[0].filename == __file__
     with warnings.catch_warnings():
         warnings.simplefilter("error", CheckerboardWarning)
         dcgan = create_upsampler("transposed", spatial_dims=2, in_channels=2, out_channels=2, scale=2,

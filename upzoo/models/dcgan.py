@@ -10,7 +10,7 @@ from torch import nn
 
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape, check_positive_int
-from upzoo.registry import create_upsampler
+from upzoo.registry import create_upsampler, warnings_at_caller
 
 __all__ = ["DCGANGenerator", "DCGANDiscriminator", "DCGAN_TRANSPOSED_OPTIONS"]
 
@@ -64,7 +64,9 @@ class DCGANGenerator(nn.Module):
         for i in range(n):
             last = i == n - 1
             c_in, c_out = channels[i], out_channels if last else channels[i + 1]
-            up = create_upsampler(upsampler, spatial_dims=2, in_channels=c_in, out_channels=c_out, scale=2, **options)
+            with warnings_at_caller(f"DCGANGenerator stage {i} (upsampler_options): "):
+                up = create_upsampler(upsampler, spatial_dims=2, in_channels=c_in, out_channels=c_out, scale=2,
+                                      **options)
             stages.append(nn.Sequential(up, nn.Tanh()) if last else nn.Sequential(up, nn.BatchNorm2d(c_out), nn.ReLU(True)))
         self.stages = nn.Sequential(*stages)
         self.post_filter = (

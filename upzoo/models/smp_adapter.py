@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.registry import create_upsampler
+from upzoo.registry import create_upsampler, warnings_at_caller
 
 __all__ = ["smp_unet", "UpsamplerUnetDecoderBlock"]
 
@@ -73,7 +73,9 @@ def smp_unet(
     blocks = model.decoder.blocks
     for i, block in enumerate(blocks):
         channels = block.conv1[0].in_channels - _skip_channels(model, i)
-        up = create_upsampler(upsampler, spatial_dims=2, in_channels=channels, out_channels=channels, scale=2, **options)
+        with warnings_at_caller(f"smp_unet decoder block {i} (upsampler_options): "):
+            up = create_upsampler(upsampler, spatial_dims=2, in_channels=channels, out_channels=channels, scale=2,
+                                  **options)
         blocks[i] = UpsamplerUnetDecoderBlock(block, up)
     return model
 

@@ -15,7 +15,7 @@ from upzoo.layers import check_input_shape, conv_nd
 from upzoo.models.blocks import DoubleConv
 from upzoo.models.encoders import Encoder, create_encoder, stage_scales
 from upzoo.models.sizes import AxisRule, find_axis_rule
-from upzoo.registry import create_upsampler
+from upzoo.registry import create_upsampler, warnings_at_caller
 
 __all__ = ["UNet", "DecoderStage"]
 
@@ -174,10 +174,12 @@ class UNet(nn.Module):
         else:
             options = [dict(o or {}) for o in _per_stage(list(upsampler_options), n, "upsampler_options", {})]
         ins = [self.encoder.channels[-1]] + list(decoder_channels[:-1])
-        self.decoder = nn.ModuleList(
-            DecoderStage(spatial_dims, i, s, o, scale=sc, upsampler=name, upsampler_options=opt, norm=norm, act=act)
-            for i, s, o, sc, name, opt in zip(ins, skips, decoder_channels, scales, names, options)
-        )
+        stages = []
+        for index, (i, s, o, sc, name, opt) in enumerate(zip(ins, skips, decoder_channels, scales, names, options)):
+            with warnings_at_caller(f"UNet decoder stage {index} (upsampler_options): "):
+                stages.append(DecoderStage(spatial_dims, i, s, o, scale=sc, upsampler=name, upsampler_options=opt,
+                                           norm=norm, act=act))
+        self.decoder = nn.ModuleList(stages)
         conv = conv_nd(spatial_dims)
         self.head = conv(decoder_channels[-1], num_classes, kernel_size=1)
         self.aux_heads = (

@@ -98,8 +98,8 @@ class TransposedConvUpsampler(Upsampler):
         ]
         if uneven:
             warnings.warn(
-                f"transposed conv with kernel_size={self.kernel_size} and stride={self.scale}: kernels overlap "
-                f"unevenly on axis {uneven} (checkerboard risk); use kernel_size=scale or a multiple of it",
+                f"kernel_size={self.kernel_size} at stride {self.scale} overlaps unevenly on axes {uneven} "
+                f"(checkerboard risk); use kernel_size = scale or a multiple of it",
                 CheckerboardWarning,
                 stacklevel=2,
             )
