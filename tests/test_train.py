@@ -18,7 +18,7 @@ import yaml
 from upzoo.errors import ConfigError, DataError, TrainingError
 from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
 from upzoo.train.gan import train_gan
-from upzoo.train.recipe import load_recipe, parse_recipe
+from upzoo.recipe import load_recipe, parse_recipe
 from upzoo.train.segmentation import train_segmentation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,7 +175,7 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(cache, tmp_path):
     ({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2},
       "train": {"learning_rate": 0.1}}, r"train.learning_rate: unknown key.*"),
     ({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2},
-      "train": {"lr": "fast"}}, r"train.lr: expected float, got 'fast' \(str\)"),
+      "train": {"lr": "fast"}}, r"train.lr: expected a number, got 'fast' \(str\)"),
     ({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2},
       "data": {"kind": "cityscape"}}, r"data.kind: expected one of .*did you mean 'cityscapes'\?"),
 ])

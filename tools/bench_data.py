@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 from upzoo.data.factory import build_datasets
 from upzoo.data.synthetic import ensure_synthetic_cityscapes, ensure_synthetic_volumes
 from upzoo.train.common import build_optimizer
-from upzoo.train.recipe import load_recipe
+from upzoo.recipe import load_recipe
 from upzoo.train.segmentation import build_segmentation_model, segmentation_loss
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 from upzoo.data.factory import build_datasets
 from upzoo.models import build_model
 from upzoo.train.common import StopFlag
-from upzoo.train.recipe import load_recipe
+from upzoo.recipe import load_recipe
 from upzoo.train.segmentation import train_segmentation
 
 ROOT = Path(__file__).resolve().parents[1]

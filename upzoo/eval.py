@@ -10,7 +10,7 @@ from upzoo.models import ModelSpec, build_model
 from upzoo.train.checkpoint import load_checkpoint, load_weights
 from upzoo.train.common import pick_device
 from upzoo.train.evaluate import evaluate_segmentation
-from upzoo.train.recipe import Recipe
+from upzoo.recipe import Recipe
 
 __all__ = ["evaluate_checkpoint"]
 

@@ -51,7 +51,7 @@ def bench_model_command(recipe: str, input_shape: str | None, device: str, runs:
 
     from upzoo.bench.compare import bench_model
     from upzoo.models import build_model
-    from upzoo.train.recipe import load_recipe
+    from upzoo.recipe import load_recipe
 
     check_device(device)
     loaded = load_recipe(recipe)
@@ -99,7 +99,7 @@ def bench_compare_command(recipe: str, upsamplers: str, overrides: tuple[str, ..
     from upzoo.bench.compare import COMPARE_COLUMNS, bar_chart, compare_upsamplers
     from upzoo.registry import upsampler_info
     from upzoo.tables import render_table
-    from upzoo.train.recipe import load_recipe
+    from upzoo.recipe import load_recipe
 
     check_device(device)
     names = [n.strip() for n in upsamplers.split(",") if n.strip()]

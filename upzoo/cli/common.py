@@ -44,7 +44,7 @@ def load_meta_model(recipe: str):
     import torch
 
     from upzoo.models import build_model
-    from upzoo.train.recipe import load_recipe
+    from upzoo.recipe import load_recipe
 
     loaded = load_recipe(recipe)
     spec = loaded.model

@@ -43,7 +43,7 @@ def train_command(recipe: str | None, overrides: tuple[str, ...], resume_dir: st
     """
     import os
 
-    from upzoo.train.recipe import load_recipe
+    from upzoo.recipe import load_recipe
     from upzoo.train.resume import resume_recipe
 
     if recipe is None and resume_dir is None:
@@ -94,7 +94,7 @@ def eval_command(recipe: str, checkpoint: str, overrides: tuple[str, ...], as_js
     """Evaluate a segmentation CHECKPOINT on RECIPE's validation split: per-class IoU, mIoU, Dice."""
     from upzoo.eval import evaluate_checkpoint
     from upzoo.tables import render_table
-    from upzoo.train.recipe import load_recipe
+    from upzoo.recipe import load_recipe
 
     result = evaluate_checkpoint(load_recipe(recipe, overrides), checkpoint)
     if as_json:

@@ -35,7 +35,7 @@ def build_datasets(
     data: Any, *, task: str, resolution: int | None = None, num_classes: int | None = None,
     in_channels: int | None = None,
 ) -> DataBundle:
-    """Datasets for ``data`` (a :class:`~upzoo.train.recipe.DataConfig`).
+    """Datasets for ``data`` (a :class:`~upzoo.recipe.DataConfig`).
 
     Raises:
         ConfigError: a data kind that does not fit the task. DataError: problems with the files.

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from upzoo.errors import ConfigError, ShapeError
+from upzoo.layers import check_positive_int
 from upzoo.registry import create_upsampler, warnings_at_caller
 
 __all__ = ["smp_unet", "UpsamplerUnetDecoderBlock"]
@@ -62,6 +63,8 @@ def smp_unet(
     """
     import segmentation_models_pytorch as smp
 
+    check_positive_int(classes, "classes")
+    check_positive_int(in_channels, "in_channels")
     weights = smp_kwargs.pop("encoder_weights", None)
     if weights is not None:
         raise ConfigError(

@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.layers import check_input_shape, conv_nd
+from upzoo.layers import check_input_shape, check_positive_int, conv_nd
 from upzoo.models.blocks import DoubleConv
 from upzoo.models.encoders import Encoder, create_encoder, stage_scales
 from upzoo.models.sizes import AxisRule, find_axis_rule
@@ -148,6 +148,12 @@ class UNet(nn.Module):
         super().__init__()
         if spatial_dims not in (2, 3):
             raise ConfigError(f"UNet supports spatial_dims 2 or 3, got {spatial_dims!r}")
+        check_positive_int(in_channels, "in_channels")
+        check_positive_int(num_classes, "num_classes")
+        check_positive_int(encoder_depth, "encoder_depth")
+        for key, values in (("channels", channels), ("decoder_channels", decoder_channels)):
+            for i, value in enumerate(values or ()):
+                check_positive_int(value, f"{key}[{i}]")
         if input_policy not in ("pad", "strict"):
             raise ConfigError(f"input_policy must be 'pad' or 'strict', got {input_policy!r}")
         self.spatial_dims, self.in_channels, self.num_classes = spatial_dims, in_channels, num_classes

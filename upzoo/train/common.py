@@ -47,7 +47,7 @@ def pick_device(choice: str) -> torch.device:
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Any) -> torch.optim.Optimizer:
-    """SGD (Nesterov momentum when momentum > 0), AdamW or Adam from a :class:`~upzoo.train.recipe.TrainConfig`."""
+    """SGD (Nesterov momentum when momentum > 0), AdamW or Adam from a :class:`~upzoo.recipe.TrainConfig`."""
     params = [p for p in params if p.requires_grad]
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,

@@ -21,7 +21,7 @@ from upzoo.train.common import (RunFolder, StopFlag, Throughput, autocast, build
 from upzoo.train.distributed import (ResumableSampler, all_reduce_mean, any_rank, finish_distributed, init_distributed,
                                      resumable_batches, sync_buffers)
 from upzoo.train.plots import plot_curves, sample_grid
-from upzoo.train.recipe import Recipe
+from upzoo.recipe import Recipe
 from upzoo.tables import to_json
 
 __all__ = ["train_gan"]

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from upzoo.config import read_yaml_file
 from upzoo.errors import ConfigError
-from upzoo.train.recipe import Recipe, apply_overrides, parse_recipe
+from upzoo.recipe import Recipe, apply_overrides, parse_recipe
 
 __all__ = ["resume_recipe"]
 

@@ -20,7 +20,7 @@ from upzoo.train.distributed import (DistContext, ResumableSampler, all_reduce_m
                                      init_distributed, resumable_batches, sync_buffers)
 from upzoo.train.evaluate import evaluate_segmentation
 from upzoo.train.plots import class_palette, plot_curves, prediction_grid
-from upzoo.train.recipe import Recipe
+from upzoo.recipe import Recipe
 from upzoo.tables import to_json
 
 __all__ = ["train_segmentation", "segmentation_loss", "build_segmentation_model"]
@@ -65,7 +65,7 @@ def build_segmentation_model(recipe: Recipe, bundle) -> tuple[nn.Module, dict[st
     if bundle.num_classes is not None and classes != bundle.num_classes:
         raise ConfigError(f"model has {classes} classes but the data has {bundle.num_classes}; "
                           f"set model.num_classes: {bundle.num_classes}")
-    from upzoo.train.recipe import _plain
+    from upzoo.recipe import _plain
 
     return build_model(spec), _plain(spec.to_dict())
 

@@ -1,0 +1,151 @@
+"""Recipes: YAML files with ``model``, ``data``, ``train`` (and ``eval``) sections, validated once at
+load time into typed objects (the model against its constructor, the other sections as range-checked
+models, see :mod:`upzoo.sections`). ``--set train.lr=0.01`` overrides apply before validation."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+
+from upzoo.config import parse_yaml, read_yaml_file
+from upzoo.errors import ConfigError, did_you_mean
+from upzoo.models.factory import ModelSpec
+from upzoo.sections import DataConfig, EvalConfig, TrainConfig, validate_section
+
+__all__ = [
+    "Recipe", "DataConfig", "TrainConfig", "EvalConfig", "load_recipe", "apply_overrides", "parse_recipe",
+    "recipe_json_schema",
+]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A validated recipe. ``task`` is ``gan`` for a ``dcgan`` model, else ``segmentation``."""
+
+    model: ModelSpec
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    source: str | None = None
+
+    @property
+    def task(self) -> Literal["segmentation", "gan"]:
+        return "gan" if self.model.architecture == "dcgan" else "segmentation"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved recipe as plain data (what a run folder's ``recipe.yaml`` holds)."""
+        return {
+            "model": _plain(self.model.to_dict()),
+            "data": _plain(self.data.model_dump()),
+            "train": _plain(self.train.model_dump()),
+            "eval": _plain(self.eval.model_dump()),
+        }
+
+
+_SECTIONS = ("model", "data", "train", "eval")
+
+
+def _plain(value: Any) -> Any:
+    """Tuples to lists, recursively: what YAML and JSON can hold."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``section.key=value`` overrides (values parsed as YAML) to a raw recipe mapping.
+
+    Raises:
+        ConfigError: an override without ``=`` or without a section.
+    """
+    if overrides and not isinstance(data, dict):
+        raise ConfigError(f"a recipe is a mapping with sections {', '.join(_SECTIONS)}, got {type(data).__name__}")
+    data = copy.deepcopy(data)
+    for item in overrides:
+        path, sep, raw = item.partition("=")
+        keys = path.strip().split(".")
+        if not sep or len(keys) < 2 or not all(keys):
+            raise ConfigError(f"--set takes section.key=value (e.g. model.upsampler=pixel_shuffle), got {item!r}")
+        value = parse_yaml(raw, f"--set {item!r}")
+        node = data
+        for key in keys[:-1]:
+            if node.get(key) is None:
+                node[key] = {}
+            node = node[key]
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {key!r} is not a section")
+        node[keys[-1]] = value
+    return data
+
+
+def parse_recipe(data: Any, source: str | None = None) -> Recipe:
+    """Validate a raw recipe mapping into a :class:`Recipe`.
+
+    Raises:
+        ConfigError: unknown sections or keys (with their path and a did-you-mean), wrong types.
+    """
+    where = f"{source}: " if source else ""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}a recipe is a mapping with sections {', '.join(_SECTIONS)}, got {type(data).__name__}")
+    for key in data:
+        if key not in _SECTIONS:
+            raise ConfigError(f"{where}{key}: unknown section; sections: {', '.join(_SECTIONS)}{did_you_mean(key, _SECTIONS)}")
+    if "model" not in data:
+        raise ConfigError(f"{where}the recipe has no 'model' section")
+    try:
+        recipe = Recipe(
+            model=ModelSpec.from_dict(data["model"], "model"),
+            data=validate_section(DataConfig, data.get("data"), "data"),
+            train=validate_section(TrainConfig, data.get("train"), "train"),
+            eval=validate_section(EvalConfig, data.get("eval"), "eval"),
+            source=source,
+        )
+        _check_model_fits_data(recipe)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from None
+    return recipe
+
+
+def _check_model_fits_data(recipe: Recipe) -> None:
+    """A 3D model trains on volumes, a 2D one on images."""
+    if recipe.task != "segmentation":
+        return
+    dims, kind = recipe.model.options.get("spatial_dims", 2), recipe.data.kind
+    if (dims == 3) != (kind == "volumes"):
+        fix = "volumes" if dims == 3 else "cityscapes"
+        raise ConfigError(f"model.spatial_dims is {dims} but data.kind is {kind!r}; use data.kind: {fix} or change "
+                          f"model.spatial_dims")
+
+
+def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
+    """Read a YAML recipe (safe loader), apply ``--set`` overrides, validate.
+
+    Raises:
+        ConfigError: missing file, invalid YAML, invalid content.
+    """
+    return parse_recipe(apply_overrides(read_yaml_file(path), overrides), source=str(path))
+
+
+def recipe_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a recipe: ``data``, ``train`` and ``eval`` in full (types, ranges,
+    defaults); ``model`` names its architectures (its other keys are the constructor's arguments)."""
+    from pydantic import BaseModel, ConfigDict, Field
+
+    from upzoo.models.factory import ARCHITECTURES
+
+    class RecipeSchema(BaseModel):
+        model_config = ConfigDict(extra="forbid", title="upzoo recipe")
+        model: dict[str, Any] = Field(
+            description="architecture plus the keyword arguments of its constructor (see docs/recipes.md)",
+            json_schema_extra={"properties": {"architecture": {"enum": list(ARCHITECTURES)}},
+                               "required": ["architecture"]})
+        data: DataConfig = Field(default_factory=DataConfig)
+        train: TrainConfig = Field(default_factory=TrainConfig)
+        eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    return RecipeSchema.model_json_schema()

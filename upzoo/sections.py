@@ -1,0 +1,182 @@
+"""The ``data``, ``train`` and ``eval`` sections of a recipe as typed models with ranges (pydantic):
+a value out of range is refused where it enters, with its key path, the value and what is allowed —
+never clamped, ignored or treated as unset."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from upzoo.errors import ConfigError, did_you_mean
+
+__all__ = ["DataConfig", "TrainConfig", "EvalConfig", "validate_section", "config_error"]
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+def _float(**bounds: float) -> Any:
+    """A finite float within ``bounds`` (pydantic's ``ge``/``gt``/``le``/``lt``)."""
+    return Annotated[float, Field(**bounds), AfterValidator(_finite)]
+
+
+Finite = _float()
+PositiveFloat = _float(gt=0)
+Fraction = _float(ge=0, lt=1)
+Size = Annotated[tuple[PositiveInt, ...], Field(min_length=2, max_length=3)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(_Section):
+    """Where the data comes from and how it is batched and augmented.
+
+    ``kind``: ``cityscapes`` (Cityscapes layout), ``volumes`` (NIfTI/.npy folders or a decathlon
+    ``dataset.json``) or ``images`` (any folder of images, for GANs). ``root: null`` uses the
+    embedded synthetic set of that kind, generated once into ``cache_dir`` (default
+    ``$UPZOO_CACHE`` or ``~/.cache/upzoo``); ``synthetic_size`` defaults to 256x512 images or
+    24x96x96 volumes. ``normalize`` defaults to ``imagenet`` for images and ``zscore`` for volumes.
+    ``crop_size``/``synthetic_size`` have 2 values for images and 3 for volumes.
+    """
+
+    kind: Literal["cityscapes", "volumes", "images"] = "cityscapes"
+    root: Optional[str] = None
+    cache_dir: Optional[str] = None
+    train_split: Annotated[str, Field(min_length=1)] = "train"
+    val_split: Annotated[str, Field(min_length=1)] = "val"
+    synthetic_train: PositiveInt = 64
+    synthetic_val: PositiveInt = 16
+    synthetic_size: Optional[Size] = None
+    synthetic_spacing: tuple[PositiveFloat, PositiveFloat, PositiveFloat] = (5.0, 0.8, 0.8)
+    synthetic_seed: NonNegativeInt = 0
+    crop_size: Optional[Size] = None
+    resize: Optional[tuple[PositiveInt, PositiveInt]] = None
+    augment: bool = True
+    normalize: Optional[Literal["imagenet", "zscore", "ct", "minmax", "none"]] = None
+    ct_window: tuple[Finite, Finite] = (-1000.0, 1000.0)
+    foreground_ratio: _float(ge=0, le=1) = 0.33
+    allow_outside_root: bool = False
+    batch_size: PositiveInt = 4
+    num_workers: NonNegativeInt = 2
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DataConfig":
+        axes = 3 if self.kind == "volumes" else 2
+        for key in ("crop_size", "synthetic_size"):
+            value = getattr(self, key)
+            if value is not None and len(value) != axes:
+                raise ValueError(f"{key}: {self.kind} take {axes} sizes ({'D, H, W' if axes == 3 else 'H, W'}), "
+                                 f"got {list(value)}")
+        if self.resize is not None and self.kind == "volumes":
+            raise ValueError("resize: applies to 2D images, not volumes")
+        if self.ct_window[0] >= self.ct_window[1]:
+            raise ValueError(f"ct_window: needs low < high, got {list(self.ct_window)}")
+        return self
+
+
+class TrainConfig(_Section):
+    """How to optimise: steps, optimiser, schedule, loss, precision, checkpoints, seed.
+
+    ``max_steps`` caps the optimiser steps (``null``: ``epochs`` decide); ``val_every``,
+    ``checkpoint_every`` and ``sample_every`` count steps (``null``: once per epoch); ``amp`` is
+    bfloat16 or float16 autocast; GANs use ``discriminator_base_channels``.
+    """
+
+    epochs: PositiveInt = 10
+    max_steps: Optional[PositiveInt] = None
+    optimizer: Literal["sgd", "adamw", "adam"] = "adamw"
+    lr: PositiveFloat = 1e-3
+    weight_decay: _float(ge=0) = 1e-4
+    momentum: Fraction = 0.9
+    betas: tuple[Fraction, Fraction] = (0.9, 0.999)
+    schedule: Literal["poly", "cosine", "constant"] = "poly"
+    warmup_steps: NonNegativeInt = 0
+    loss: Literal["ce", "ce+dice"] = "ce"
+    amp: Literal["none", "bf16", "fp16"] = "none"
+    channels_last: bool = False
+    grad_clip: Optional[PositiveFloat] = None
+    seed: NonNegativeInt = 0
+    deterministic: bool = False
+    val_every: Optional[PositiveInt] = None
+    log_every: PositiveInt = 10
+    checkpoint_every: Optional[PositiveInt] = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    discriminator_base_channels: PositiveInt = 64
+    sample_every: Optional[PositiveInt] = None
+
+
+class EvalConfig(_Section):
+    """Evaluation: sliding-window inference for volumes (patch, overlap, windows per batch) or whole
+    volumes (``sliding_window: false``), and the rows of the prediction grid."""
+
+    sliding_window: bool = True
+    patch_size: Optional[Annotated[tuple[PositiveInt, ...], Field(min_length=3, max_length=3)]] = None
+    overlap: Fraction = 0.5
+    batch_size: PositiveInt = 2
+    grid_samples: NonNegativeInt = 4
+
+    def window_patch(self, crop_size: Any) -> Any:
+        """The sliding-window patch for volumes (``patch_size``, else the training crop), or ``None``
+        to run each volume whole (``sliding_window: false``; the U-Net pads it to a valid size)."""
+        return (self.patch_size or crop_size) if self.sliding_window else None
+
+
+def _path(section: str, loc: tuple[Any, ...]) -> str:
+    parts = [section]
+    for item in loc:
+        parts[-1:] = [f"{parts[-1]}[{item}]"] if isinstance(item, int) else [*parts[-1:], str(item)]
+    return ".".join(parts)
+
+
+def config_error(exc: ValidationError, section: str, model: type[BaseModel]) -> ConfigError:
+    """The first problem pydantic found, as one line: the key's path, what is allowed, what came."""
+    error = exc.errors()[0]
+    loc = tuple(x for x in error["loc"] if not (isinstance(x, str) and ("[" in x or x.startswith("function-"))))
+    path = _path(section, loc)
+    if error["type"] == "extra_forbidden":
+        known = list(model.model_fields)
+        return ConfigError(f"{path}: unknown key; known keys: {', '.join(known)}{did_you_mean(str(loc[-1]), known)}")
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "value_error" and not loc:  # a check across keys names its own key
+        return ConfigError(f"{section}.{message}")
+    given = error.get("input")
+    shown = repr(given) if len(repr(given)) < 60 else repr(given)[:57] + "..."
+    kind = error["type"].split("_")[0]
+    if error["type"] == "literal_error":
+        options = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+        hint = did_you_mean(str(given), options) if isinstance(given, str) else ""
+        return ConfigError(f"{path}: expected one of {', '.join(map(repr, options))}, got {shown}{hint}")
+    if error["type"].endswith(("_type", "_parsing", "_from_float")) and kind in _EXPECTED:
+        return ConfigError(f"{path}: expected {_EXPECTED[kind]}, got {shown} ({type(given).__name__})")
+    return ConfigError(f"{path}: {message[0].lower() + message[1:]}, got {shown}")
+
+
+_EXPECTED = {"float": "a number", "int": "a whole number", "bool": "true or false", "string": "text",
+             "tuple": "a list", "list": "a list", "dict": "a mapping"}
+
+
+def validate_section(model: type[BaseModel], data: Any, section: str) -> Any:
+    """``model`` built from a recipe section (``None`` or missing: the defaults).
+
+    Raises:
+        ConfigError: the section is not a mapping, or a key is unknown, mistyped or out of range.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{section}: expected a mapping of keys, got {data!r} ({type(data).__name__})")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise config_error(exc, section, model) from None
