@@ -33,6 +33,13 @@ def count_flops(module: nn.Module, x: torch.Tensor) -> int:
     return int(counter.get_total_flops())
 
 
+def check_block_input(shape: Sequence[int]) -> None:
+    """Raises ShapeError unless ``shape`` is ``(B, C, H, W)`` or ``(B, C, D, H, W)`` of positive sizes."""
+    if len(shape) not in (4, 5) or min(shape) < 1:
+        raise ShapeError(f"bench blocks takes an input (B, C, H, W) or (B, C, D, H, W) of positive sizes, "
+                         f"got {tuple(shape)}; e.g. 8x64x64x64")
+
+
 def bench_blocks(
     shape: Sequence[int] = (8, 64, 64, 64),
     *,
@@ -48,9 +55,7 @@ def bench_blocks(
         ShapeError: a shape that is not ``(B, C, H, W)`` or ``(B, C, D, H, W)``, or a block that would
             not fit in the free memory at this shape (estimated on the meta device first).
     """
-    if len(shape) not in (4, 5) or min(shape) < 1:
-        raise ShapeError(f"bench blocks takes an input (B, C, H, W) or (B, C, D, H, W) of positive sizes, "
-                         f"got {tuple(shape)}; e.g. 8x64x64x64")
+    check_block_input(shape)
     dims = len(shape) - 2
     rows = []
     for name in names or list_upsamplers(kind="upsampler"):

@@ -26,10 +26,11 @@ def bench() -> None:
 def bench_blocks_command(shape: str, scale: str, device: str, runs: int, as_json: bool, as_csv: bool) -> None:
     """Every registered upsampler at one input: params, GFLOPs, forward and forward+backward time,
     peak memory of forward+backward, and the checkerboard score of the fresh block."""
-    from upzoo.bench.compare import BLOCK_COLUMNS, bench_blocks, environment_line
+    from upzoo.bench.compare import BLOCK_COLUMNS, bench_blocks, check_block_input, environment_line
 
     check_device(device)
     dims = parse_shape(shape, "--shape")
+    check_block_input(dims)
     click.echo(f"{environment_line(device)}; input {shape}, scale {scale}, median of {runs}", err=True)
     rows = bench_blocks(dims, scale=parse_scale(scale), device=device, runs=runs,
                         progress=lambda name: click.echo(f"measuring {name} ...", err=True))

@@ -61,13 +61,14 @@ def build_segmentation_model(recipe: Recipe, bundle) -> tuple[nn.Module, dict[st
         if bundle.spacing is None or patch is None:
             raise ConfigError("model.strides 'auto' needs volume data (spacing) and data.crop_size (the patch)")
         spec = spec.resolve_auto_strides(bundle.spacing, patch)
-    classes = spec.options.get("num_classes") or spec.options.get("classes")
+    model = build_model(spec)  # the constructor checks the ranges first
+    classes = spec.options.get("num_classes", spec.options.get("classes"))
     if bundle.num_classes is not None and classes != bundle.num_classes:
         raise ConfigError(f"model has {classes} classes but the data has {bundle.num_classes}; "
                           f"set model.num_classes: {bundle.num_classes}")
     from upzoo.recipe import _plain
 
-    return build_model(spec), _plain(spec.to_dict())
+    return model, _plain(spec.to_dict())
 
 
 def train_segmentation(
