@@ -155,6 +155,27 @@ def test_output_folder_that_is_a_file(recipe_file, tmp_path):
                     "is a file; give a folder path (--out)")
 
 
+def test_cache_dir_that_is_a_file(cache, tmp_path):
+    target = tmp_path / "afile"
+    target.write_text("")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(tiny(cache, cache_dir=str(target))))
+    assert_one_line(*run("train", str(recipe), "--out", str(tmp_path / "run"), "--no-progress")[::2],
+                    f"cannot write the synthetic data into data.cache_dir '{target}': it is a file")
+
+
+def test_resume_of_an_edited_run_folder(seg_run, tmp_path):
+    edited = tmp_path / "edited"
+    shutil.copytree(seg_run, edited)
+    stored = yaml.safe_load((edited / "recipe.yaml").read_text())
+    del stored["data"]
+    (edited / "recipe.yaml").write_text(yaml.safe_dump(stored))
+    assert_one_line(*run("train", "--resume", str(edited), "--no-progress")[::2],
+                    "recipe.yaml has no 'data' section: it was not written by upzoo train, or was edited")
+    (edited / "recipe.yaml").write_bytes(b"\x00\x01")
+    assert_one_line(*run("train", "--resume", str(edited), "--no-progress")[::2], "is a binary file, not YAML text")
+
+
 def test_sizes_that_cannot_fit_are_refused(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3,
@@ -162,6 +183,18 @@ def test_sizes_that_cannot_fit_are_refused(tmp_path):
     code, _, err = run("bench", "model", str(recipe), "--input", "1x3x1000000x1000000")
     assert_one_line(code, err, "needs at least")
     assert "GiB of memory are free" in err
+
+
+def test_bench_model_channels_last_measures_every_pass(tmp_path):
+    """The model was converted inside inference mode, so the training pass failed."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3,
+                                                "num_classes": 2, "channels": [4, 8]}}))
+    code, out, err = run("bench", "model", str(recipe), "--input", "1x3x32x32", "--runs", "2", "--channels-last",
+                         "--amp", "bf16", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["channels_last"] is True and result["amp"] == "bf16" and result["peak_train_mib"] >= 0
 
 
 def test_shapes_check_ranges_answer_at_once(tmp_path):

@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from upzoo.data.io import write_png
+from upzoo.errors import ConfigError
 
 __all__ = ["default_cache_dir", "ensure_synthetic_cityscapes", "ensure_synthetic_volumes", "street_scene", "organ_volume"]
 
@@ -44,8 +45,14 @@ def _cached(kind: str, params: dict, cache_dir: str | Path | None, write) -> Pat
     marker = root / _MARKER
     if marker.is_file():
         return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f".{root.name}.lock", "w") as lock:  # one writer (DDP ranks, parallel runs)
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(root.parent / f".{root.name}.lock", "w")
+    except OSError as exc:
+        reason = "it is a file" if root.parent.is_file() else exc.strerror or str(exc)
+        raise ConfigError(f"cannot write the synthetic data into data.cache_dir {str(root.parent)!r}: {reason}; "
+                          f"give a writable folder (or set UPZOO_CACHE)") from None
+    with lock:  # one writer (DDP ranks, parallel runs)
         fcntl.flock(lock, fcntl.LOCK_EX)
         if marker.is_file():  # another process finished it while we waited
             return root
