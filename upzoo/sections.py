@@ -78,6 +78,10 @@ class DataConfig(_Section):
             if value is not None and len(value) != axes:
                 raise ValueError(f"{key}: {self.kind} take {axes} sizes ({'D, H, W' if axes == 3 else 'H, W'}), "
                                  f"got {list(value)}")
+        smallest = 8 if axes == 3 else 32
+        if self.synthetic_size is not None and min(self.synthetic_size) < smallest:
+            raise ValueError(f"synthetic_size: the embedded {self.kind} are generated at {smallest} or more per axis, "
+                             f"got {list(self.synthetic_size)}")
         if self.resize is not None and self.kind == "volumes":
             raise ValueError("resize: applies to 2D images, not volumes")
         if self.ct_window[0] >= self.ct_window[1]:

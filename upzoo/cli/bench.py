@@ -28,11 +28,15 @@ def bench_blocks_command(shape: str, scale: str, device: str, runs: int, as_json
     peak memory of forward+backward, and the checkerboard score of the fresh block."""
     from upzoo.bench.compare import BLOCK_COLUMNS, bench_blocks, check_block_input, environment_line
 
+    from upzoo.layers import to_ntuple
+
     check_device(device)
     dims = parse_shape(shape, "--shape")
     check_block_input(dims)
+    scales = parse_scale(scale)
+    to_ntuple(scales, len(dims) - 2, "--scale")
     click.echo(f"{environment_line(device)}; input {shape}, scale {scale}, median of {runs}", err=True)
-    rows = bench_blocks(dims, scale=parse_scale(scale), device=device, runs=runs,
+    rows = bench_blocks(dims, scale=scales, device=device, runs=runs,
                         progress=lambda name: click.echo(f"measuring {name} ...", err=True))
     emit_rows(rows, BLOCK_COLUMNS, as_json, as_csv)
 
@@ -108,8 +112,10 @@ def bench_compare_command(recipe: str, upsamplers: str, overrides: tuple[str, ..
         raise UpzooError(f"--upsamplers takes comma-separated block names such as transposed,dysample, got {upsamplers!r}")
     if len(set(names)) != len(names):
         raise UpzooError(f"--upsamplers names a block twice: {upsamplers!r}")
-    for name in names:
-        upsampler_info(name)  # unknown names fail before any training
+    for name in names:  # unknown names and post-filters fail before any training
+        if upsampler_info(name).kind != "upsampler":
+            raise UpzooError(f"--upsamplers: {name!r} is a post-filter, not an upsampler; compare it with "
+                             f"--set model.post_filter={name} on one variant")
     loaded = load_recipe(recipe, overrides)
     if loaded.task != "segmentation":
         raise UpzooError("bench compare trains segmentation recipes (mIoU); GAN recipes log checkerboard scores")

@@ -100,7 +100,7 @@ def street_scene(rng: np.random.Generator, height: int, width: int) -> tuple[np.
     # buildings along the horizon, with window grids; gaps let sky and trees through
     x = int(rng.integers(-w // 10, 0))
     while x < w:
-        bw = int(rng.uniform(0.08, 0.25) * w)
+        bw = max(1, int(rng.uniform(0.08, 0.25) * w))
         if rng.random() < 0.85:
             top = int(horizon - rng.uniform(0.08, 0.34) * h)
             base = rng.uniform(60, 190)

@@ -42,6 +42,7 @@ def train_gan(
 
     cfg, data_cfg, spec = recipe.train, recipe.data, recipe.model
     device = pick_device(cfg.device)
+    autocast(cfg.amp, device)  # an amp mode this device lacks fails now, before any work
     ctx = init_distributed(device)
     run = RunFolder(run_dir, COLUMNS, resume=resume, lock=ctx.is_main)
     seed_everything(cfg.seed, cfg.deterministic)

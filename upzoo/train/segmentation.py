@@ -91,6 +91,7 @@ def train_segmentation(
 
     cfg, data_cfg = recipe.train, recipe.data
     device = pick_device(cfg.device)
+    autocast(cfg.amp, device)  # an amp mode this device lacks fails now, before any work
     ctx = init_distributed(device)
     run = RunFolder(run_dir, COLUMNS, resume=resume, lock=ctx.is_main)
     seed_everything(cfg.seed, cfg.deterministic)
