@@ -19,8 +19,8 @@ from upzoo.data.cityscapes import CLASS_NAMES, PALETTE, CityscapesDataset, to_tr
 from upzoo.data.io import write_png
 from upzoo.data.synthetic import ensure_synthetic_cityscapes, ensure_synthetic_volumes
 from upzoo.data.transforms import segmentation_2d, volume_3d
-from upzoo.data.volumes import (VolumeDataset, normalize_intensity, read_volume, sample_patch,
-                                sliding_window_inference, write_nifti)
+from upzoo.data.volumes import VolumeDataset, normalize_intensity, read_volume, sample_patch, write_nifti
+from upzoo.inference import sliding_window_inference
 from upzoo.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[1]

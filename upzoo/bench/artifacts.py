@@ -5,9 +5,8 @@
   report the coefficient of variation of their energies. Uneven kernel overlap gives some phases
   more taps than others and so more energy: a fresh transposed conv with kernel 3 / stride 2 scores
   about 0.5, kernel 2 / stride 2 a few hundredths, resize-conv and ICNR pixel shuffle ~0.
-* :func:`image_checkerboard` — for images (e.g. GAN samples): the periodic part of the high-pass
-  residual, ``rms`` of its per-phase means over its ``rms`` (0 for no periodic pattern, near 1 for a
-  pure checkerboard).
+* :func:`~upzoo.metrics.checkerboard.image_checkerboard` — for images (e.g. GAN samples), in
+  ``upzoo.metrics`` (the training loop reports it), re-exported here.
 * :func:`overlap_pattern` — the theoretical tap counts per output phase of a transposed conv.
 """
 
@@ -20,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from upzoo.metrics.checkerboard import image_checkerboard, phases as _phases
 from upzoo.upsamplers.transposed import overlap_counts
 
 __all__ = ["smooth_field", "phase_energies", "checkerboard_score", "image_checkerboard", "overlap_pattern",
@@ -36,17 +36,6 @@ def smooth_field(shape: Sequence[int], *, seed: int = 0, cell: int = 8) -> torch
     coarse = torch.rand(b, c, *[max(2, s // cell + 2) for s in spatial], generator=g) * 2 - 1
     mode = "bilinear" if len(spatial) == 2 else "trilinear"
     return F.interpolate(coarse, size=tuple(spatial), mode=mode, align_corners=True)
-
-
-def _phases(y: torch.Tensor, scale: Sequence[int], border: Sequence[int]) -> list[torch.Tensor]:
-    """The phase sub-grids of ``y``, without ``border`` input pixels at each edge."""
-    import itertools
-
-    out = []
-    for phase in itertools.product(*(range(s) for s in scale)):
-        index = tuple(slice(p + b * s, y.shape[2 + a] - b * s, s) for a, (p, s, b) in enumerate(zip(phase, scale, border)))
-        out.append(y[(slice(None), slice(None)) + index])
-    return out
 
 
 def phase_energies(y: torch.Tensor, scale: Sequence[int], border: int = 2) -> torch.Tensor:
@@ -72,19 +61,6 @@ def checkerboard_score(block: nn.Module, input_shape: Sequence[int], *, seed: in
         block.train(was_training)
     energies = phase_energies(y, scale)
     return float(energies.std(unbiased=False) / energies.mean().clamp_min(1e-12))
-
-
-@torch.no_grad()
-def image_checkerboard(images: torch.Tensor, period: int = 2) -> float:
-    """Periodic share of the high-pass residual of ``(B, C, H, W)`` images at ``period`` (0: none)."""
-    x = images.double()
-    c = x.shape[1]
-    box = torch.ones(c, 1, 3, 3, dtype=x.dtype) / 9
-    residual = x - F.conv2d(F.pad(x, [1, 1, 1, 1], mode="replicate"), box, groups=c)
-    subs = _phases(residual, (period, period), (1, 1))
-    means = torch.stack([s.mean(dim=(0, 2, 3)) for s in subs])  # (phases, C)
-    rms = residual[..., 1:-1, 1:-1].pow(2).mean().sqrt()
-    return float(means.pow(2).mean().sqrt() / rms.clamp_min(1e-12))
 
 
 def overlap_pattern(kernel_size: Sequence[int], stride: Sequence[int], dilation: Sequence[int] | None = None) -> torch.Tensor:

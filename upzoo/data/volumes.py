@@ -1,7 +1,7 @@
 """Medical volumes: NIfTI (``.nii``, ``.nii.gz``, through nibabel) and ``.npy``; image/label pairs
 from a decathlon-style ``dataset.json`` or the folder convention ``imagesTr/`` + ``labelsTr/``
 (same file names); voxel spacing from the header; intensity normalisation; random patches with
-foreground oversampling; sliding-window inference with Gaussian weighting.
+foreground oversampling (sliding-window inference lives in :mod:`upzoo.inference`).
 
 Arrays are ``(D, H, W)``: NIfTI's ``(x, y, z)`` voxel axes reversed, so that the slice axis of a
 typical scan comes first and its spacing is ``spacing[0]`` (``5.0`` in a 5.0 x 0.8 x 0.8 mm volume).
@@ -9,7 +9,6 @@ typical scan comes first and its spacing is ``spacing[0]`` (``5.0`` in a 5.0 x 0
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,6 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from upzoo.data.decathlon import read_dataset_json, resolve_inside
@@ -26,7 +24,7 @@ from upzoo.errors import DataError
 
 __all__ = [
     "read_volume", "write_nifti", "VolumeCase", "find_cases", "validation_split", "normalize_intensity", "sample_patch",
-    "VolumeDataset", "gaussian_importance", "sliding_window_inference",
+    "VolumeDataset",
 ]
 
 Normalization = Literal["zscore", "ct", "minmax", "none"]
@@ -274,65 +272,3 @@ class VolumeDataset(Dataset):
             "spacing": torch.tensor(spacing),
             "name": self.cases[index].image.name,
         }
-
-
-def gaussian_importance(patch: Sequence[int], sigma_scale: float = 0.125) -> torch.Tensor:
-    """nnU-Net-style weights: a Gaussian with sigma ``patch * sigma_scale``, peak 1, minimum > 0."""
-    axes = []
-    for p in patch:
-        c, s = (p - 1) / 2, max(p * sigma_scale, 1e-3)
-        axes.append(torch.exp(-((torch.arange(p) - c) ** 2) / (2 * s * s)))
-    weight = axes[0]
-    for a in axes[1:]:
-        weight = weight[..., None] * a
-    weight = weight / weight.max()
-    return weight.clamp_min(weight[weight > 0].min().item() if (weight > 0).any() else 1e-6)
-
-
-@torch.no_grad()
-def sliding_window_inference(
-    image: torch.Tensor,
-    predictor: Callable[[torch.Tensor], torch.Tensor],
-    patch_size: Sequence[int],
-    *,
-    overlap: float = 0.5,
-    batch_size: int = 2,
-    gaussian: bool = True,
-) -> torch.Tensor:
-    """Logits for a whole volume ``(C, *S)`` from a patch predictor ``(N, C, *P) -> (N, K, *P)``.
-
-    Windows step by ``patch * (1 - overlap)`` and cover every voxel; overlapping predictions are
-    averaged with Gaussian weights (or uniformly). Volumes smaller than the patch are padded.
-
-    Returns:
-        ``(K, *S)`` float logits on ``image``'s device.
-    """
-    if not 0 <= overlap < 1:
-        raise DataError(f"overlap must be in [0, 1), got {overlap}")
-    spatial = tuple(image.shape[1:])
-    patch = tuple(int(p) for p in patch_size)
-    pad = [max(0, p - s) for p, s in zip(patch, spatial)]
-    if any(pad):
-        image = F.pad(image, [q for p in reversed(pad) for q in (0, p)])
-    padded = tuple(image.shape[1:])
-    starts = []
-    for s, p in zip(padded, patch):
-        step = max(1, int(p * (1 - overlap)))
-        count = max(1, math.ceil((s - p) / step) + 1)
-        starts.append(sorted({min(i * step, s - p) for i in range(count)}))
-    grid = [tuple(c) for c in np.stack(np.meshgrid(*starts, indexing="ij"), -1).reshape(-1, len(patch))]
-    weight = gaussian_importance(patch).to(image.device) if gaussian else torch.ones(patch, device=image.device)
-    logits = None
-    norm = torch.zeros(padded, device=image.device)
-    for i in range(0, len(grid), batch_size):
-        chunk = grid[i: i + batch_size]
-        batch = torch.stack([image[(slice(None),) + tuple(slice(s, s + p) for s, p in zip(st, patch))] for st in chunk])
-        out = predictor(batch).float()
-        if logits is None:
-            logits = torch.zeros((out.shape[1],) + padded, device=image.device)
-        for st, o in zip(chunk, out):
-            index = tuple(slice(s, s + p) for s, p in zip(st, patch))
-            logits[(slice(None),) + index] += o * weight
-            norm[index] += weight
-    logits = logits / norm
-    return logits[(slice(None),) + tuple(slice(0, s) for s in spatial)]

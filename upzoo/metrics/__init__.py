@@ -1,4 +1,4 @@
-"""Segmentation metrics: dataset-level confusion matrix, IoU, mIoU, pixel accuracy, Dice."""
+"""Metrics: dataset-level confusion matrix, IoU, mIoU, pixel accuracy, Dice; image checkerboard."""
 
 from upzoo.metrics.confusion import (
     ConfusionMatrix,
@@ -8,6 +8,7 @@ from upzoo.metrics.confusion import (
     mean_iou,
     pixel_accuracy,
 )
+from upzoo.metrics.checkerboard import image_checkerboard
 
 __all__ = ["ConfusionMatrix", "confusion_matrix", "dice_from_confusion", "iou_from_confusion", "mean_iou",
-           "pixel_accuracy"]
+           "pixel_accuracy", "image_checkerboard"]

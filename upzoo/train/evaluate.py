@@ -42,7 +42,7 @@ def evaluate_segmentation(
 
     Each rank evaluates its share of the samples (no sample twice); the confusion matrices are summed.
     """
-    from upzoo.data.volumes import sliding_window_inference
+    from upzoo.inference import sliding_window_inference
 
     ctx = ctx or DistContext()
     device = torch.device(device)

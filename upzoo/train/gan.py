@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from upzoo.bench.artifacts import image_checkerboard
+from upzoo.metrics.checkerboard import image_checkerboard
 from upzoo.errors import ConfigError
 from upzoo.models import build_discriminator, build_model
 from upzoo.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
