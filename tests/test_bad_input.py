@@ -24,8 +24,7 @@ from upzoo.filters.masked_blur import MaskedGaussianBlur
 from upzoo.recipe import parse_recipe
 from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
 from upzoo.train.common import RunFolder
-from upzoo.train.gan import train_gan
-from upzoo.train.segmentation import train_segmentation
+from upzoo.train.engine import train
 from upzoo.upsamplers import CheckerboardWarning
 
 
@@ -60,7 +59,7 @@ def tiny(cache: str, **data) -> dict:
 @pytest.fixture(scope="module")
 def seg_run(cache, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("seg") / "run"
-    train_segmentation(parse_recipe(tiny(cache)), folder, progress=False)
+    train(parse_recipe(tiny(cache)), folder, progress=False)
     return folder
 
 
@@ -72,7 +71,7 @@ def gan_run(cache, tmp_path_factory) -> Path:
               "data": {"kind": "images", "synthetic_train": 4, "synthetic_val": 1, "synthetic_size": [32, 64],
                        "batch_size": 2, "num_workers": 0, "cache_dir": cache},
               "train": {"max_steps": 1, "discriminator_base_channels": 4}}
-    train_gan(parse_recipe(recipe), folder, progress=False)
+    train(parse_recipe(recipe), folder, progress=False)
     return folder
 
 
@@ -278,7 +277,7 @@ def test_a_pickle_with_code_is_named_and_never_loaded(recipe_file, tmp_path, cap
 
 def test_resume_refuses_another_runs_checkpoint_and_another_model(seg_run, gan_run, cache, tmp_path):
     other = tmp_path / "other"
-    train_segmentation(parse_recipe(tiny(cache)), other, progress=False)
+    train(parse_recipe(tiny(cache)), other, progress=False)
     shutil.copy(seg_run / "last.pt", other / "last.pt")
     code, _, err = run("train", "--resume", str(other), "--no-progress")
     assert_one_line(code, err, "belongs to run")
@@ -419,4 +418,4 @@ def test_non_finite_training_stops_with_the_step(cache, tmp_path):
     recipe = parse_recipe({**tiny(cache), "train": {"max_steps": 2, "lr": 1e30, "optimizer": "sgd",
                                                       "momentum": 0.0, "log_every": 1}})
     with pytest.raises(TrainingError, match=r"became (nan|inf) at step"):
-        train_segmentation(recipe, tmp_path / "run", progress=False)
+        train(recipe, tmp_path / "run", progress=False)

@@ -17,9 +17,8 @@ import yaml
 
 from upzoo.errors import ConfigError, DataError, TrainingError
 from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
-from upzoo.train.gan import train_gan
+from upzoo.train.engine import train
 from upzoo.recipe import load_recipe, parse_recipe
-from upzoo.train.segmentation import train_segmentation
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
@@ -83,17 +82,17 @@ def test_volume_recipe_plans_anisotropic_strides_from_the_spacing(cache, tmp_pat
 
 def test_resume_continues_with_the_same_losses_as_an_uninterrupted_run(cache, tmp_path):
     recipe = parse_recipe(tiny(cache))
-    full = train_segmentation(recipe, tmp_path / "full", progress=False)
+    full = train(recipe, tmp_path / "full", progress=False)
     assert full["steps"] == 6 and not full["interrupted"]
 
     def stop_at_three(step, loss, stop):
         if step == 3:
             stop.request()
 
-    part = train_segmentation(recipe, tmp_path / "part", progress=False, on_step=stop_at_three)
+    part = train(recipe, tmp_path / "part", progress=False, on_step=stop_at_three)
     assert part["interrupted"] and part["steps"] == 3
     assert load_checkpoint(tmp_path / "part" / "last.pt")["step"] == 3
-    resumed = train_segmentation(recipe, tmp_path / "part", resume=True, progress=False)
+    resumed = train(recipe, tmp_path / "part", resume=True, progress=False)
     assert resumed["steps"] == 6 and not resumed["interrupted"]
     expected, got = losses(tmp_path / "full"), losses(tmp_path / "part")
     assert sorted(got) == [1, 2, 3, 4, 5, 6]
@@ -127,7 +126,7 @@ def test_corrupt_or_truncated_checkpoints_are_refused(tmp_path):
 
 def test_resume_from_a_corrupt_checkpoint_is_a_one_line_error(cache, tmp_path):
     recipe = parse_recipe(tiny(cache, max_steps=2))
-    train_segmentation(recipe, tmp_path / "run", progress=False)
+    train(recipe, tmp_path / "run", progress=False)
     last = tmp_path / "run" / "last.pt"
     last.write_bytes(last.read_bytes()[:-100])
     result = subprocess.run([sys.executable, "-m", "upzoo", "train", "--resume", str(tmp_path / "run")],
@@ -140,7 +139,7 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_keeping_the_last_good_chec
     recipe = parse_recipe(tiny(cache, max_steps=50, optimizer="sgd", lr=1e12, momentum=0.0, checkpoint_every=1,
                                val_every=1000))
     with pytest.raises(TrainingError, match=r"(the training loss|parameter \S+) became (nan|inf) at step \d+; stopped, the last good"):
-        train_segmentation(recipe, tmp_path / "run", progress=False)
+        train(recipe, tmp_path / "run", progress=False)
     state = load_checkpoint(tmp_path / "run" / "last.pt")
     assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
 
@@ -206,7 +205,7 @@ def test_eval_of_a_checkpoint_matches_the_runs_own_validation(cache, tmp_path):
     recipe_dict = tiny(cache, max_steps=4)
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe_dict))
-    summary = train_segmentation(parse_recipe(recipe_dict), tmp_path / "run", progress=False)
+    summary = train(parse_recipe(recipe_dict), tmp_path / "run", progress=False)
     result = subprocess.run([sys.executable, "-m", "upzoo", "eval", str(path), "--checkpoint",
                              str(tmp_path / "run" / "last.pt"), "--json"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -227,9 +226,9 @@ def test_gan_training_resumes(cache, tmp_path):
         if step == 2:
             stop.request()
 
-    part = train_gan(recipe, tmp_path / "gan", progress=False, on_step=stop_at_two)
+    part = train(recipe, tmp_path / "gan", progress=False, on_step=stop_at_two)
     assert part["interrupted"] and part["steps"] == 2
-    done = train_gan(recipe, tmp_path / "gan", resume=True, progress=False)
+    done = train(recipe, tmp_path / "gan", resume=True, progress=False)
     assert done["steps"] == 4 and (tmp_path / "gan" / "samples_000004.png").is_file()
     rows = list(csv.DictReader(open(tmp_path / "gan" / "metrics.csv")))
     assert [r["step"] for r in rows if r["loss_g"]] == ["1", "2", "3", "4"]
@@ -265,10 +264,10 @@ def test_mixed_precision_channels_last_dice_and_every_schedule(cache, tmp_path):
     for i, (optimizer, schedule) in enumerate([("sgd", "cosine"), ("adam", "constant"), ("adamw", "poly")]):
         recipe = parse_recipe(tiny(cache, max_steps=2, amp="bf16", channels_last=True, loss="ce+dice",
                                    optimizer=optimizer, schedule=schedule, warmup_steps=1, grad_clip=1.0))
-        summary = train_segmentation(recipe, tmp_path / f"run{i}", progress=False)
+        summary = train(recipe, tmp_path / f"run{i}", progress=False)
         assert summary["steps"] == 2 and summary["last_loss"] == summary["last_loss"]  # finite, not NaN
     with pytest.raises(ConfigError, match="train.amp 'fp16' needs CUDA"):
-        train_segmentation(parse_recipe(tiny(cache, max_steps=1, amp="fp16", device="cpu")), tmp_path / "fp16",
+        train(parse_recipe(tiny(cache, max_steps=1, amp="fp16", device="cpu")), tmp_path / "fp16",
                            progress=False)
 
 
@@ -309,14 +308,14 @@ def test_recipes_point_at_real_data_folders(cache, tmp_path):
         recipe = load_recipe(ROOT / "recipes" / name, overrides + [
             "train.max_steps=2", "data.batch_size=2", "data.num_workers=0", "train.log_every=1"])
         assert recipe.data.root is not None
-        run = train_gan if recipe.task == "gan" else train_segmentation
+        run = train
         summary = run(recipe, tmp_path / name, progress=False)
         assert summary["steps"] == 2, name
 
 
 def test_normalisation_must_fit_the_data_and_volumes_can_be_evaluated_whole(cache, tmp_path):
     with pytest.raises(ConfigError, match="data.normalize 'ct' does not apply to images; use one of imagenet, minmax"):
-        train_segmentation(parse_recipe(tiny(cache, max_steps=1) | {"data": {**tiny(cache)["data"], "normalize": "ct"}}),
+        train(parse_recipe(tiny(cache, max_steps=1) | {"data": {**tiny(cache)["data"], "normalize": "ct"}}),
                            tmp_path / "bad", progress=False)
     common = ["train.max_steps=2", "data.batch_size=2", "data.num_workers=0", "data.synthetic_train=3",
               "data.synthetic_val=1", "data.synthetic_size=[12,48,48]", "data.crop_size=[8,32,32]",
@@ -324,5 +323,5 @@ def test_normalisation_must_fit_the_data_and_volumes_can_be_evaluated_whole(cach
     recipe = load_recipe(ROOT / "recipes" / "volume_unet3d_aniso.yaml", common + ["eval.sliding_window=false"])
     assert recipe.eval.window_patch(recipe.data.crop_size) is None
     assert load_recipe(ROOT / "recipes" / "volume_unet3d_aniso.yaml", common).eval.window_patch([8, 32, 32]) == [8, 32, 32]
-    val = train_segmentation(recipe, tmp_path / "whole", progress=False)["val"]  # 12x48x48 volumes run whole
+    val = train(recipe, tmp_path / "whole", progress=False)["val"]  # 12x48x48 volumes run whole
     assert 0 <= val["miou"] <= 1

@@ -25,7 +25,8 @@ from upzoo.data.factory import build_datasets
 from upzoo.data.synthetic import ensure_synthetic_cityscapes, ensure_synthetic_volumes
 from upzoo.train.common import build_optimizer
 from upzoo.recipe import load_recipe
-from upzoo.train.segmentation import build_segmentation_model, segmentation_loss
+from upzoo.models import build_model
+from upzoo.train.tasks import segmentation_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +46,7 @@ def loader_rate(dataset, batch_size: int, batches: int, workers: int) -> float:
 
 
 def train_rate(recipe, bundle, steps: int) -> float:
-    model, _ = build_segmentation_model(recipe, bundle)
+    model = build_model(recipe.model)
     opt = build_optimizer(model.parameters(), recipe.train)
     batch = next(iter(DataLoader(bundle.train, batch_size=recipe.data.batch_size, num_workers=0)))
     classes = bundle.num_classes or recipe.model.options["num_classes"]

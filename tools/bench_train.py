@@ -23,7 +23,7 @@ from upzoo.data.factory import build_datasets
 from upzoo.models import build_model
 from upzoo.train.common import StopFlag
 from upzoo.recipe import load_recipe
-from upzoo.train.segmentation import train_segmentation
+from upzoo.train.engine import train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ def upzoo_rate(recipe, steps: int, warmup: int) -> float:
             marks[step] = time.perf_counter()
 
     with tempfile.TemporaryDirectory() as run:
-        train_segmentation(recipe, run, progress=False, on_step=on_step)
+        train(recipe, run, progress=False, on_step=on_step)
     return (steps - warmup) * recipe.data.batch_size / (marks[steps] - marks[warmup])
 
 

@@ -24,7 +24,9 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
     Raises:
         ConfigError: a GAN recipe. DataError: a missing or corrupt checkpoint.
     """
-    from upzoo.data.factory import build_datasets
+    from dataclasses import replace
+
+    from upzoo.prepare import prepare
 
     if recipe.task != "segmentation":
         raise ConfigError("upzoo eval evaluates segmentation recipes; GAN runs log sample grids and checkerboard scores")
@@ -34,9 +36,8 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
     load_weights(model, state["model"], checkpoint, saved_spec=state["model_spec"])
     device = pick_device(recipe.train.device)
     model.to(device)
-    bundle = build_datasets(recipe.data, task="segmentation", num_classes=spec.options.get("num_classes"),
-                            in_channels=spec.options.get("in_channels"))
-    num_classes = bundle.num_classes or spec.options["num_classes"]
+    prepared = prepare(replace(recipe, model=spec))  # the data, checked against the checkpoint's model
+    bundle, num_classes = prepared.data, prepared.num_classes
     metrics, _ = evaluate_segmentation(
         model, bundle.val, num_classes=num_classes, ignore_index=bundle.ignore_index, device=device,
         amp=recipe.train.amp, volumes=recipe.data.kind == "volumes",

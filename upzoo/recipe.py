@@ -38,22 +38,22 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         """The resolved recipe as plain data (what a run folder's ``recipe.yaml`` holds)."""
         return {
-            "model": _plain(self.model.to_dict()),
-            "data": _plain(self.data.model_dump()),
-            "train": _plain(self.train.model_dump()),
-            "eval": _plain(self.eval.model_dump()),
+            "model": plain(self.model.to_dict()),
+            "data": plain(self.data.model_dump()),
+            "train": plain(self.train.model_dump()),
+            "eval": plain(self.eval.model_dump()),
         }
 
 
 _SECTIONS = ("model", "data", "train", "eval")
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """Tuples to lists, recursively: what YAML and JSON can hold."""
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 
@@ -106,9 +106,29 @@ def parse_recipe(data: Any, source: str | None = None) -> Recipe:
             source=source,
         )
         _check_model_fits_data(recipe)
+        _check_model_builds(recipe.model)
     except ConfigError as exc:
         raise ConfigError(f"{where}{exc}") from None
     return recipe
+
+
+def _check_model_builds(spec: ModelSpec) -> None:
+    """Build the model on the meta device (no memory, no weights), so that its constructor's range
+    checks (``num_classes`` >= 1, positive channels, ...) refuse a bad recipe when it is loaded."""
+    import warnings
+
+    import torch
+
+    from upzoo.models.factory import build_model
+
+    if spec.options.get("strides") == "auto":  # planned from the data later; checked then
+        return
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # warnings come again when the real model is built
+        try:
+            build_model(spec)
+        except ConfigError as exc:
+            raise ConfigError(f"model: {exc}") from None
 
 
 def _check_model_fits_data(recipe: Recipe) -> None:

@@ -94,7 +94,8 @@ class TrainConfig(_Section):
 
     ``max_steps`` caps the optimiser steps (``null``: ``epochs`` decide); ``val_every``,
     ``checkpoint_every`` and ``sample_every`` count steps (``null``: once per epoch); ``amp`` is
-    bfloat16 or float16 autocast; GANs use ``discriminator_base_channels``.
+    bfloat16 or float16 autocast (float16 with a gradient scaler); ``loggers`` adds TensorBoard to the
+    CSV file; GANs use ``discriminator_base_channels``.
     """
 
     epochs: PositiveInt = 10
@@ -118,6 +119,14 @@ class TrainConfig(_Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     discriminator_base_channels: PositiveInt = 64
     sample_every: Optional[PositiveInt] = None
+    loggers: tuple[Literal["csv", "tensorboard"], ...] = ("csv",)
+
+    @model_validator(mode="after")
+    def _csv_always(self) -> "TrainConfig":
+        if "csv" not in self.loggers:
+            raise ValueError(f"loggers: 'csv' is always on (metrics.csv feeds the curves and resumes); list it "
+                             f"with the others, e.g. [csv, tensorboard], got {list(self.loggers)}")
+        return self
 
 
 class EvalConfig(_Section):

@@ -164,9 +164,10 @@ def compare_upsamplers(
     ``out_dir/<upsampler>``; returns one row per upsampler (mIoU, FPS, peak training memory, params)."""
     from dataclasses import replace
 
-    from upzoo.data.factory import build_datasets
-    from upzoo.models import ModelSpec
-    from upzoo.train.segmentation import build_segmentation_model, train_segmentation
+    from upzoo.models import ModelSpec, build_model
+    from upzoo.prepare import prepare
+    from upzoo.train.engine import Trainer
+    from upzoo.train.tasks import make_task
 
     out_dir = Path(out_dir)
     rows = []
@@ -180,10 +181,10 @@ def compare_upsamplers(
             bar.set_postfix(upsampler=name)
         spec = ModelSpec.from_dict({**recipe.model.to_dict(), "upsampler": name})
         variant = replace(recipe, model=spec)
-        summary = train_segmentation(variant, out_dir / name, progress=False)
-        bundle = build_datasets(variant.data, task="segmentation", num_classes=spec.options.get("num_classes"),
-                                in_channels=spec.options.get("in_channels"))
-        model, _ = build_segmentation_model(variant, bundle)
+        prepared = prepare(variant)
+        summary = Trainer(make_task(prepared), out_dir / name, progress=False).fit()
+        model = build_model(prepared.spec)
+        bundle = prepared.data
         sample = bundle.val[0]["image"] if bundle.val is not None else bundle.train[0]["image"]
         shape = (1, *sample.shape) if variant.data.kind != "volumes" else (1, sample.shape[0], *variant.data.crop_size)
         measured = bench_model(model, shape, device=device, runs=fps_runs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from upzoo.cli.common import check_device, data_spacing, default_run_dir, emit_rows, parse_scale, parse_shape
+from upzoo.cli.common import check_device, default_run_dir, emit_rows, parse_scale, parse_shape
 from upzoo.cli.group import CONTEXT, cli
 from upzoo.errors import UpzooError
 from upzoo.tables import to_json
@@ -56,13 +56,12 @@ def bench_model_command(recipe: str, input_shape: str | None, device: str, runs:
 
     from upzoo.bench.compare import bench_model
     from upzoo.models import build_model
+    from upzoo.prepare import resolve_model
     from upzoo.recipe import load_recipe
 
     check_device(device)
     loaded = load_recipe(recipe)
-    spec = loaded.model
-    if spec.options.get("strides") == "auto":
-        spec = spec.resolve_auto_strides(data_spacing(loaded), loaded.data.crop_size or (64,) * 3)
+    spec = resolve_model(loaded)
     model = build_model(spec)
     if input_shape is not None:
         shape = parse_shape(input_shape, "--input")

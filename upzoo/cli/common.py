@@ -40,26 +40,16 @@ def parse_options(pairs: tuple[str, ...]) -> dict:
 
 def load_meta_model(recipe: str):
     """Build the recipe's model on the meta device (no memory, no weights); ``strides: auto`` is
-    planned from the recipe's data (the synthetic spacing, or the first volume's header)."""
+    planned by :func:`~upzoo.prepare.resolve_model` (the synthetic spacing, or the first volume's)."""
     import torch
 
     from upzoo.models import build_model
+    from upzoo.prepare import resolve_model
     from upzoo.recipe import load_recipe
 
-    loaded = load_recipe(recipe)
-    spec = loaded.model
-    if spec.options.get("strides") == "auto":
-        spec = spec.resolve_auto_strides(data_spacing(loaded), loaded.data.crop_size or (64,) * 3)
+    spec = resolve_model(load_recipe(recipe))
     with torch.device("meta"):
         return build_model(spec)
-
-
-def data_spacing(recipe) -> tuple[float, ...]:
-    if recipe.data.root is None:
-        return tuple(recipe.data.synthetic_spacing)
-    from upzoo.data.volumes import VolumeDataset
-
-    return VolumeDataset(recipe.data.root, "train").spacing(0)
 
 
 def check_device(device: str) -> None:

@@ -60,11 +60,9 @@ def train_command(recipe: str | None, overrides: tuple[str, ...], resume_dir: st
     else:
         loaded = load_recipe(recipe, overrides)
         run_dir = out_dir or default_run_dir(recipe)
-    if loaded.task == "gan":
-        from upzoo.train.gan import train_gan as run
-    else:
-        from upzoo.train.segmentation import train_segmentation as run
-    summary = run(loaded, run_dir, resume=resume_dir is not None, progress=not no_progress)
+    from upzoo.train.engine import train
+
+    summary = train(loaded, run_dir, resume=resume_dir is not None, progress=not no_progress)
     if int(os.environ.get("RANK", "0")) != 0:
         return
     if as_json:

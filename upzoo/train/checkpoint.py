@@ -22,9 +22,10 @@ __all__ = ["save_checkpoint", "load_checkpoint", "load_weights", "FORMAT", "CHEC
 
 FORMAT = "upzoo-checkpoint/1"
 CHECKPOINT_KEYS = {  # what each kind of run writes into its checkpoints
-    "segmentation": ("kind", "run_id", "model", "optimizer", "scheduler", "step", "best_metric", "rng", "recipe",
+    "segmentation": ("kind", "run_id", "model", "optimizers", "schedulers", "step", "best_metric", "rng", "recipe",
                      "model_spec"),
-    "gan": ("kind", "run_id", "generator", "discriminator", "opt_g", "opt_d", "step", "rng", "recipe", "model_spec"),
+    "gan": ("kind", "run_id", "generator", "discriminator", "optimizers", "schedulers", "step", "rng", "recipe",
+            "model_spec"),
 }
 
 

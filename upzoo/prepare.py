@@ -1,0 +1,97 @@
+"""``prepare(recipe)``: the one place where a recipe's model and its data are reconciled —
+``strides: auto`` planned from the voxel spacing, class counts and image channels checked against
+the data, the palette and the normalisation to show images with. ``upzoo train``, ``eval``,
+``shapes`` and ``bench`` all start here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from upzoo.data.factory import DataBundle, build_datasets
+from upzoo.errors import ConfigError
+from upzoo.models.factory import ModelSpec
+from upzoo.recipe import Recipe
+
+__all__ = ["Prepared", "prepare", "resolve_model"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A recipe ready to run: the resolved model spec and its data, consistent with each other."""
+
+    recipe: Recipe
+    spec: ModelSpec
+    data: DataBundle
+    num_classes: int | None  # segmentation: the classes the model predicts
+    palette: np.ndarray | None  # (K, 3) uint8 class colours of the dataset, if it has them
+    mean: tuple[float, ...] | None  # the image normalisation (to show normalised images)
+    std: tuple[float, ...] | None
+
+    @property
+    def task(self) -> str:
+        return self.recipe.task
+
+    def model_dict(self) -> dict[str, Any]:
+        """The resolved model spec as plain data (what ``recipe.yaml`` and checkpoints hold)."""
+        from upzoo.recipe import plain
+
+        return plain(self.spec.to_dict())
+
+
+def _spacing(recipe: Recipe) -> tuple[float, ...]:
+    """The voxel spacing ``strides: auto`` plans from: the synthetic set's, else the first case's."""
+    if recipe.data.root is None:
+        return tuple(recipe.data.synthetic_spacing)
+    from upzoo.data.volumes import VolumeDataset
+
+    return VolumeDataset(recipe.data.root, "train", allow_outside_root=recipe.data.allow_outside_root).spacing(0)
+
+
+def resolve_model(recipe: Recipe, spacing: tuple[float, ...] | None = None) -> ModelSpec:
+    """The model spec with ``strides: auto`` planned (without building the datasets).
+
+    Raises:
+        ConfigError: ``strides: auto`` without volume data or a crop size.
+    """
+    spec = recipe.model
+    if spec.options.get("strides") != "auto":
+        return spec
+    if recipe.data.kind != "volumes" or recipe.data.crop_size is None:
+        raise ConfigError("model.strides 'auto' needs volume data (data.kind: volumes, for the spacing) and "
+                          "data.crop_size (the patch)")
+    return spec.resolve_auto_strides(spacing or _spacing(recipe), recipe.data.crop_size)
+
+
+def prepare(recipe: Recipe) -> Prepared:
+    """Build the recipe's datasets and reconcile the model with them.
+
+    Raises:
+        ConfigError: a model whose classes or channels do not match the data. DataError: the files.
+    """
+    options = recipe.model.options
+    if recipe.task == "gan":
+        bundle = build_datasets(recipe.data, task="gan", resolution=options["resolution"])
+        channels = bundle.train[0]["image"].shape[0]
+        if channels != options["out_channels"]:
+            raise ConfigError(f"model.out_channels is {options['out_channels']} but the images have {channels} "
+                              f"channels")
+        return Prepared(recipe, recipe.model, bundle, None, None, None, None)
+    bundle = build_datasets(recipe.data, task="segmentation", num_classes=options.get("num_classes"),
+                            in_channels=options.get("in_channels"))
+    spec = resolve_model(recipe, bundle.spacing)
+    classes = spec.options.get("num_classes", spec.options.get("classes"))
+    if bundle.num_classes is not None and classes != bundle.num_classes:
+        raise ConfigError(f"model has {classes} classes but the data has {bundle.num_classes}; "
+                          f"set model.num_classes: {bundle.num_classes}")
+    palette, mean, std = None, None, None
+    if recipe.data.kind == "cityscapes":
+        from upzoo.data.cityscapes import PALETTE
+        from upzoo.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+
+        palette = PALETTE
+        if recipe.data.normalize in (None, "imagenet"):
+            mean, std = IMAGENET_MEAN, IMAGENET_STD
+    return Prepared(recipe, spec, bundle, bundle.num_classes or classes, palette, mean, std)

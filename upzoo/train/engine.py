@@ -1,0 +1,304 @@
+"""The one training loop. A :class:`~upzoo.train.tasks.Task` says what a step and an evaluation
+are; the :class:`Trainer` owns the rest for every task: device, DistributedDataParallel, mixed
+precision (bf16, or fp16 with a gradient scaler), gradient clipping, channels_last, schedules,
+periodic evaluation, atomic checkpoints with exact resume, Ctrl-C at a step boundary, NaN stops,
+progress and loggers."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from upzoo.errors import ConfigError, TrainingError
+from upzoo.tables import to_json
+from upzoo.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
+from upzoo.train.common import (RunFolder, StopFlag, Throughput, autocast, build_optimizer, build_scheduler,
+                                check_finite, check_finite_parameters, needs_grad_scaler, pick_device,
+                                restore_rng_state, rng_state, seed_everything)
+from upzoo.train.distributed import (ResumableSampler, all_reduce_mean, any_rank, finish_distributed,
+                                     init_distributed, resumable_batches, sync_buffers)
+from upzoo.train.loggers import extra_loggers
+from upzoo.train.plots import plot_curves
+from upzoo.train.tasks import Task
+
+__all__ = ["Trainer", "train"]
+
+
+class Trainer:
+    """Train ``task`` (built from a prepared recipe) into ``run_dir``, or continue it (``resume``).
+
+    ``on_step(step, loss, stop)`` is called after every step (tests and benchmarks use it; calling
+    ``stop.request()`` stops like Ctrl-C).
+    """
+
+    def __init__(self, task: Task, run_dir: str | Path, *, resume: bool = False, progress: bool = True,
+                 on_step: Callable[[int, float, StopFlag], None] | None = None) -> None:
+        self.task, self.recipe = task, task.prepared.recipe
+        self.cfg, self.resume, self.progress, self.on_step = self.recipe.train, resume, progress, on_step
+        self.device = pick_device(self.cfg.device)
+        autocast(self.cfg.amp, self.device)  # an amp mode this device lacks fails now, before any work
+        self.ctx = init_distributed(self.device)
+        columns = ["step", "epoch", *task.step_columns, "lr", "samples_per_s", *task.eval_columns]
+        self.run = RunFolder(run_dir, columns, resume=resume, lock=self.ctx.is_main)
+        seed_everything(self.cfg.seed, self.cfg.deterministic)
+        self.step, self.epoch, self.best, self.run_id = 0, 0, float("-inf"), None
+        self.last_eval: dict[str, Any] = {}
+        self._last_eval_step = -1
+        self._place_modules()
+        self._build_optimizers()
+
+    # -- set-up ------------------------------------------------------------------------------------
+    def _place_modules(self) -> None:
+        self.channels_last = None
+        if self.cfg.channels_last:
+            self.channels_last = torch.channels_last_3d if self.recipe.data.kind == "volumes" else torch.channels_last
+        self._wrapped: dict[str, nn.Module] = {}
+        for name, module in self.task.modules.items():
+            module.to(self.device)
+            if self.channels_last is not None:
+                module.to(memory_format=self.channels_last)
+            self._wrapped[name] = nn.parallel.DistributedDataParallel(module) if self.ctx.enabled else module
+
+    def _build_optimizers(self) -> None:
+        data = self.task.prepared.data
+        self.sampler = ResumableSampler(data.train, shuffle=True, seed=self.cfg.seed, rank=self.ctx.rank,
+                                        world_size=self.ctx.world_size)
+        self.steps_per_epoch = len(self.sampler) // self.recipe.data.batch_size
+        if self.steps_per_epoch == 0:
+            raise ConfigError(f"data.batch_size {self.recipe.data.batch_size} is larger than this rank's share of "
+                              f"the {len(data.train)} training samples; lower it")
+        self.total_steps = self.cfg.max_steps or self.cfg.epochs * self.steps_per_epoch
+        self.optimizers = {n: build_optimizer(m.parameters(), self.cfg) for n, m in self.task.modules.items()}
+        self.schedulers = {n: build_scheduler(o, self.cfg, self.total_steps) for n, o in self.optimizers.items()}
+        self.scaler = torch.amp.GradScaler(self.device.type) if needs_grad_scaler(self.cfg.amp, self.device) else None
+
+    # -- what tasks call ---------------------------------------------------------------------------
+    def net(self, name: str) -> nn.Module:
+        """The module to call in a training step (DDP-wrapped under torchrun)."""
+        return self._wrapped[name]
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return autocast(self.cfg.amp, self.device)
+
+    def to_device(self, tensor: torch.Tensor, *, image: bool = False) -> torch.Tensor:
+        tensor = tensor.to(self.device, non_blocking=True)
+        if image and self.channels_last is not None:
+            tensor = tensor.contiguous(memory_format=self.channels_last)
+        return tensor
+
+    def optimize(self, loss: torch.Tensor, name: str) -> float:
+        """One update of module ``name`` from ``loss``: a NaN check, backward (scaled for fp16),
+        gradient clipping (after unscaling) and the optimiser step. Returns the loss value."""
+        value = float(loss.detach())
+        check_finite(value, self.step + 1, f"the {name} loss" if len(self.optimizers) > 1 else "the training loss",
+                     self.run.path)
+        optimizer = self.optimizers[name]
+        optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(optimizer)
+        else:
+            loss.backward()
+        if self.cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.task.modules[name].parameters(), self.cfg.grad_clip)
+        if self.scaler is not None:
+            self.scaler.step(optimizer)
+        else:
+            optimizer.step()
+        return value
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "kind": self.task.kind, "run_id": self.run_id, "step": self.step, "epoch": self.epoch,
+            "best_metric": self.best, "rng": rng_state(), "recipe": self.recipe.to_dict(),
+            "model_spec": self.task.prepared.model_dict(),
+            "optimizers": {n: o.state_dict() for n, o in self.optimizers.items()},
+            "schedulers": {n: s.state_dict() for n, s in self.schedulers.items()},
+            "scaler": self.scaler.state_dict() if self.scaler is not None else {},
+        }
+        state.update({name: module.state_dict() for name, module in self.task.modules.items()})
+        return state
+
+    def save(self, name: str) -> None:
+        """Write ``RUN/name`` atomically (rank 0), with every rank's BatchNorm statistics in sync."""
+        for module in self.task.modules.values():
+            sync_buffers(module, self.ctx)
+        if self.ctx.is_main:
+            check_finite_parameters(self.task.modules.values(), self.step, self.run.path)
+            save_checkpoint(self._state(), self.run.path / name)
+
+    def _restore(self) -> None:
+        path = self.run.path / "last.pt"
+        state = load_checkpoint(path, kind=self.task.kind, purpose=f"resuming a {self.task.kind} run")
+        if self.ctx.is_main:
+            self.run.check_checkpoint_identity(state)
+        for name, module in self.task.modules.items():
+            load_weights(module, state[name], path, saved_spec=state["model_spec"],
+                         expected_spec=self.task.prepared.model_dict())
+        for name, optimizer in self.optimizers.items():
+            optimizer.load_state_dict(state["optimizers"][name])
+            self.schedulers[name].load_state_dict(state["schedulers"][name])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.run_id, self.step, self.best = state["run_id"], state["step"], state["best_metric"]
+        self.epoch = self.step // self.steps_per_epoch
+        restore_rng_state(state["rng"])
+        if self.ctx.is_main:
+            self.run.truncate_metrics(self.step)
+
+    def _start(self) -> None:
+        if self.resume:
+            self._restore()
+        elif self.ctx.is_main:
+            self.run_id = self.run.start_identity()
+            self.run.write_recipe({**self.recipe.to_dict(), "model": self.task.prepared.model_dict()})
+        resume_step = self.step if self.resume else None
+        self.loggers = extra_loggers(self.cfg.loggers, self.run.path, resume_step=resume_step) if self.ctx.is_main else []
+
+    # -- logging and evaluation --------------------------------------------------------------------
+    def _log(self, row: dict[str, Any]) -> None:
+        if self.ctx.is_main:
+            self.run.log(row)
+            for logger in self.loggers:
+                logger.log(row)
+
+    def _log_step(self, values: dict[str, float], rate: float) -> None:
+        row = {key: all_reduce_mean(value, self.ctx) for key, value in values.items()}
+        lr = next(iter(self.optimizers.values())).param_groups[0]["lr"]
+        self._log({"step": self.step, "epoch": self.epoch, **row, "lr": lr, "samples_per_s": rate})
+
+    def evaluate(self) -> None:
+        """The task's evaluation (once per step at most), logged; a new best is saved as ``best.pt``."""
+        if self._last_eval_step == self.step:
+            return
+        self._last_eval_step = self.step
+        for module in self.task.modules.values():
+            sync_buffers(module, self.ctx)
+        row = self.task.evaluate(self)
+        if not row:
+            return
+        self.last_eval = row
+        self._log({"step": self.step, "epoch": self.epoch, **row})
+        if self.ctx.is_main:
+            plot_curves(self.run.read_metrics(), self.run.path / "curves.png", self.task.curve_columns)
+        key = self.task.best_key
+        if key is not None and row[key] > self.best:
+            self.best = row[key]
+            self.save("best.pt")
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def _after_step(self, values: dict[str, float], rate: float, ends_epoch: bool, stop: StopFlag) -> None:
+        cfg, every = self.cfg, self.task.eval_every(self.cfg)
+        if self.step % cfg.log_every == 0 or self.step == self.total_steps:
+            self._log_step(values, rate)
+        if self.on_step is not None:
+            self.on_step(self.step, next(iter(values.values())), stop)
+        if every and self.step % every == 0:
+            self.evaluate()
+        if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+            self.save("last.pt")
+        if ends_epoch:
+            if not every:
+                self.evaluate()
+            if not cfg.checkpoint_every:
+                self.save("last.pt")
+
+    def _train_steps(self, stop: StopFlag, bar) -> dict[str, float]:
+        data = self.recipe.data
+        batches = resumable_batches(self.task.prepared.data.train, self.sampler, start_step=self.step,
+                                    steps_per_epoch=self.steps_per_epoch, seed=self.cfg.seed,
+                                    batch_size=data.batch_size, num_workers=data.num_workers, drop_last=True,
+                                    pin_memory=self.device.type == "cuda")
+        speed, values = Throughput(), {}
+        for module in self.task.modules.values():
+            module.train()
+        try:
+            while self.step < self.total_steps and not stop.requested:
+                self.epoch, batch, ends_epoch = next(batches)
+                values = self.task.step(batch, self)
+                if self.scaler is not None:
+                    self.scaler.update()
+                for scheduler in self.schedulers.values():
+                    scheduler.step()
+                self.step += 1
+                rate = speed.tick(len(batch["image"]) * self.ctx.world_size)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix({k: f"{v:.4f}" for k, v in values.items()} | {"img_s": f"{rate:.1f}"})
+                self._after_step(values, rate, ends_epoch, stop)
+                stop.requested = any_rank(stop.requested, self.ctx)
+        finally:
+            batches.close()  # stops the loader's workers
+        return values
+
+    def fit(self) -> dict[str, Any]:
+        """Train to ``total_steps`` (or until Ctrl-C); returns the summary also written to ``summary.json``.
+
+        Raises:
+            TrainingError: a non-finite loss or parameter (the last good checkpoint is kept).
+        """
+        self._start()
+        bar = None
+        if self.progress and self.ctx.is_main:
+            from tqdm import tqdm
+
+            bar = tqdm(total=self.total_steps, initial=self.step, desc=self.task.kind, unit="step", dynamic_ncols=True)
+        started = time.perf_counter()
+        with StopFlag() as stop:
+            last = self._train_steps(stop, bar)
+            interrupted = stop.requested and self.step < self.total_steps
+            if not interrupted:
+                self.evaluate()  # the final model is always evaluated (a no-op if this step already was)
+            self.save("last.pt")
+        if bar is not None:
+            bar.close()
+        return self._finish(last, interrupted, time.perf_counter() - started)
+
+    def _finish(self, last: dict[str, float], interrupted: bool, seconds: float) -> dict[str, Any]:
+        best = self.best if self.best > float("-inf") else None
+        summary = {
+            "steps": self.step, "total_steps": self.total_steps, "epochs_started": self.epoch + 1,
+            "interrupted": interrupted, **self.task.summary(last, best), "seconds": seconds, "world_size": self.ctx.world_size, "ranks_in_sync": self._ranks_in_sync(),
+            "run_dir": str(self.run.path),
+        }
+        if self.ctx.is_main:
+            (self.run.path / "summary.json").write_text(to_json(summary))
+            for logger in self.loggers:
+                logger.close()
+        self.run.close()
+        finish_distributed(self.ctx)
+        return summary
+
+    def _ranks_in_sync(self) -> bool | None:
+        """Whether every rank holds exactly the same parameters (None in a single process)."""
+        if not self.ctx.enabled:
+            return None
+        import torch.distributed as dist
+
+        total = sum(float(p.detach().double().sum()) for m in self.task.modules.values() for p in m.parameters())
+        checksum = torch.tensor([total], dtype=torch.float64)
+        gathered = [torch.zeros_like(checksum) for _ in range(self.ctx.world_size)]
+        dist.all_gather(gathered, checksum)
+        if not all(torch.equal(g, gathered[0]) for g in gathered):
+            raise TrainingError(f"DDP ranks hold different parameters at the end of training: "
+                                f"{[float(g) for g in gathered]}")
+        return True
+
+
+def train(recipe: Any, run_dir: str | Path, *, resume: bool = False, progress: bool = True,
+          on_step: Callable[[int, float, StopFlag], None] | None = None) -> dict[str, Any]:
+    """Train a recipe (segmentation or GAN) into ``run_dir``: ``prepare`` -> task -> :class:`Trainer`.
+
+    Returns the summary also written to ``summary.json``; Ctrl-C / SIGTERM stop after the current
+    step with ``last.pt`` saved (``summary["interrupted"]``).
+    """
+    from upzoo.prepare import prepare
+    from upzoo.train.tasks import make_task
+
+    return Trainer(make_task(prepare(recipe)), run_dir, resume=resume, progress=progress, on_step=on_step).fit()

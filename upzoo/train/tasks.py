@@ -1,0 +1,184 @@
+"""What a training task says: its modules, one optimisation step, one evaluation and its summary.
+The :class:`~upzoo.train.engine.Trainer` owns everything else (device, DDP, AMP, clipping,
+schedules, checkpoints, resume, Ctrl-C, logging), so a feature added there reaches every task."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from upzoo.metrics.checkerboard import image_checkerboard
+from upzoo.models import build_discriminator, build_model
+from upzoo.train.evaluate import evaluate_segmentation
+from upzoo.train.plots import class_palette, prediction_grid, sample_grid
+
+if TYPE_CHECKING:
+    from upzoo.prepare import Prepared
+    from upzoo.train.engine import Trainer
+
+__all__ = ["Task", "SegmentationTask", "GanTask", "segmentation_loss", "make_task"]
+
+
+class Task:
+    """The interface. ``modules`` are trained (one optimiser each), checkpointed and DDP-wrapped;
+    ``step_columns``/``eval_columns`` name what :meth:`step` and :meth:`evaluate` return, and
+    ``curve_columns`` what ``curves.png`` shows."""
+
+    kind: str
+    step_columns: list[str]
+    eval_columns: list[str]
+    curve_columns: list[str]
+    best_key: str | None = None  # an evaluation value whose best is kept as best.pt
+
+    def __init__(self, prepared: "Prepared") -> None:
+        self.prepared = prepared
+        self.modules: dict[str, nn.Module] = {}
+
+    def eval_every(self, cfg: Any) -> int | None:
+        return cfg.val_every
+
+    def step(self, batch: dict, trainer: "Trainer") -> dict[str, float]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def evaluate(self, trainer: "Trainer") -> dict[str, float]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
+        """The task's part of ``summary.json`` from the last step's values and the best evaluation."""
+        return {}
+
+
+def segmentation_loss(
+    output: torch.Tensor | list[torch.Tensor], target: torch.Tensor, *, kind: str, ignore_index: int, num_classes: int
+) -> torch.Tensor:
+    """Cross-entropy with ``ignore_index`` (+ soft Dice over the non-ignored pixels for ``ce+dice``).
+    With deep supervision (a list), auxiliary outputs are weighted 1/2, 1/4, ... against targets
+    downsampled by nearest neighbour."""
+    outputs = output if isinstance(output, (list, tuple)) else [output]
+    total, weights = 0.0, 0.0
+    for i, logits in enumerate(outputs):
+        t = target
+        if logits.shape[2:] != target.shape[1:]:
+            t = F.interpolate(target[:, None].float(), size=logits.shape[2:], mode="nearest")[:, 0].long()
+        loss = F.cross_entropy(logits.float(), t, ignore_index=ignore_index)
+        if kind == "ce+dice":
+            valid = (t != ignore_index).unsqueeze(1)
+            probs = logits.float().softmax(1) * valid
+            onehot = F.one_hot(t.clamp(0, num_classes - 1), num_classes).movedim(-1, 1) * valid
+            dims = tuple(range(2, probs.ndim))
+            dice = (2 * (probs * onehot).sum(dims) + 1) / (probs.sum(dims) + onehot.sum(dims) + 1)
+            loss = loss + (1 - dice.mean())
+        w = 0.5**i
+        total, weights = total + w * loss, weights + w
+    return total / weights
+
+
+class SegmentationTask(Task):
+    """2D images and 3D volumes: cross-entropy (+ Dice), validated by mIoU; best.pt by val mIoU."""
+
+    kind = "segmentation"
+    step_columns = ["loss"]
+    eval_columns = ["val_miou", "val_pixel_accuracy", "val_mean_dice"]
+    best_key = "val_miou"
+
+    def __init__(self, prepared: "Prepared") -> None:
+        super().__init__(prepared)
+        self.modules = {"model": build_model(prepared.spec)}
+        self.volumes = prepared.recipe.data.kind == "volumes"
+        self.curve_columns = ["val_miou"] + (["val_mean_dice"] if self.volumes else [])
+        self.palette = class_palette(prepared.num_classes, prepared.palette)
+        self.last_metrics: dict[str, Any] = {}
+
+    def step(self, batch: dict, trainer: "Trainer") -> dict[str, float]:
+        images, masks = trainer.to_device(batch["image"], image=True), trainer.to_device(batch["mask"])
+        with trainer.autocast():
+            output = trainer.net("model")(images)
+        data = self.prepared.data
+        loss = segmentation_loss(output, masks, kind=trainer.cfg.loss, ignore_index=data.ignore_index,
+                                 num_classes=self.prepared.num_classes)
+        return {"loss": trainer.optimize(loss, "model")}
+
+    def evaluate(self, trainer: "Trainer") -> dict[str, float]:
+        recipe, data = self.prepared.recipe, self.prepared.data
+        metrics, examples = evaluate_segmentation(
+            self.modules["model"], data.val, num_classes=self.prepared.num_classes, ignore_index=data.ignore_index,
+            device=trainer.device, amp=trainer.cfg.amp, ctx=trainer.ctx, volumes=self.volumes,
+            patch_size=recipe.eval.window_patch(recipe.data.crop_size), overlap=recipe.eval.overlap,
+            window_batch=recipe.eval.batch_size, keep=recipe.eval.grid_samples)
+        self.last_metrics = metrics
+        if trainer.ctx.is_main:
+            run = trainer.run.path
+            prediction_grid(examples, run / "predictions.png", palette=self.palette, mean=self.prepared.mean,
+                            std=self.prepared.std)
+        return {"val_miou": metrics["miou"], "val_pixel_accuracy": metrics["pixel_accuracy"],
+                "val_mean_dice": metrics["mean_dice"]}
+
+    def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
+        return {"last_loss": last.get("loss", float("nan")), "val": self.last_metrics, "best_miou": best}
+
+
+class GanTask(Task):
+    """DCGAN: non-saturating loss, one discriminator forward for real and fake (DDP needs one forward
+    per backward); evaluated by a fixed latent batch's sample grid and its checkerboard score."""
+
+    kind = "gan"
+    step_columns = ["loss_d", "loss_g", "d_real", "d_fake"]
+    eval_columns = ["checkerboard"]
+    curve_columns = ["checkerboard"]
+
+    def __init__(self, prepared: "Prepared") -> None:
+        super().__init__(prepared)
+        cfg, spec = prepared.recipe.train, prepared.spec
+        self.modules = {"generator": build_model(spec),
+                        "discriminator": build_discriminator(spec, base_channels=cfg.discriminator_base_channels)}
+        self.latent = spec.options["latent_dim"]
+        self.fixed_z = torch.randn(64, self.latent, generator=torch.Generator().manual_seed(cfg.seed))
+        self.last_score = float("nan")
+
+    def eval_every(self, cfg: Any) -> int | None:
+        return cfg.sample_every
+
+    def step(self, batch: dict, trainer: "Trainer") -> dict[str, float]:
+        real = trainer.to_device(batch["image"], image=True)
+        n = real.shape[0]
+        z = torch.randn(n, self.latent, device=trainer.device)
+        generator, discriminator = trainer.net("generator"), trainer.net("discriminator")
+        with trainer.autocast():
+            fake = generator(z)
+            logits_real, logits_fake = discriminator(torch.cat([real, fake.detach()])).float().split([n, n])
+        loss_d = (F.binary_cross_entropy_with_logits(logits_real, torch.ones_like(logits_real))
+                  + F.binary_cross_entropy_with_logits(logits_fake, torch.zeros_like(logits_fake)))
+        loss_d_value = trainer.optimize(loss_d, "discriminator")
+        with trainer.autocast():
+            logits_gen = discriminator(fake).float()
+        loss_g = F.binary_cross_entropy_with_logits(logits_gen, torch.ones_like(logits_gen))  # non-saturating
+        return {"loss_d": loss_d_value, "loss_g": trainer.optimize(loss_g, "generator"),
+                "d_real": float(torch.sigmoid(logits_real.detach()).mean()),
+                "d_fake": float(torch.sigmoid(logits_fake.detach()).mean())}
+
+    def evaluate(self, trainer: "Trainer") -> dict[str, float]:
+        if not trainer.ctx.is_main:
+            return {}
+        generator = self.modules["generator"]
+        generator.eval()
+        with torch.no_grad(), trainer.autocast():
+            images = generator(self.fixed_z.to(trainer.device)).float().cpu()
+        generator.train()
+        self.last_score = image_checkerboard(images)
+        sample_grid(images, trainer.run.path / f"samples_{trainer.step:06d}.png")
+        return {"checkerboard": self.last_score}
+
+    def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
+        return {"last_loss_g": last.get("loss_g", float("nan")), "checkerboard": self.last_score}
+
+
+def make_task(prepared: "Prepared") -> Task:
+    """The task a prepared recipe trains: GAN for ``dcgan`` models, segmentation otherwise. The
+    initial weights follow ``train.seed``."""
+    from upzoo.train.common import seed_everything
+
+    seed_everything(prepared.recipe.train.seed, prepared.recipe.train.deterministic)
+    return GanTask(prepared) if prepared.task == "gan" else SegmentationTask(prepared)
