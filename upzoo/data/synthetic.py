@@ -76,150 +76,184 @@ def _smooth_noise(rng: np.random.Generator, h: int, w: int, cell: int) -> np.nda
     return top * (1 - fy) + bottom * fy
 
 
-def street_scene(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """One synthetic street scene: ``(H, W, 3)`` uint8 RGB and ``(H, W)`` uint8 Cityscapes label ids."""
-    h, w = height, width
-    yy, xx = np.mgrid[0:h, 0:w]
-    img = np.zeros((h, w, 3), np.float32)
-    lab = np.full((h, w), 23, np.uint8)  # sky
-    horizon = int(h * rng.uniform(0.36, 0.5))
+class _Scene:
+    """A street scene being painted: the image, its label ids and the geometry the painters share.
+    Painters draw from one generator in a fixed order, so a seed gives the same scene."""
 
-    def paint(mask, color, label, texture=0.0, cell=4):
+    def __init__(self, rng: np.random.Generator, height: int, width: int) -> None:
+        self.rng, self.h, self.w = rng, height, width
+        self.yy, self.xx = np.mgrid[0:height, 0:width]
+        self.img = np.zeros((height, width, 3), np.float32)
+        self.lab = np.full((height, width), 23, np.uint8)  # sky
+        self.horizon = int(height * rng.uniform(0.36, 0.5))
+
+    def paint(self, mask: np.ndarray, color, label: int, texture: float = 0.0, cell: int = 4) -> None:
         color = np.asarray(color, np.float32)
-        shade = 1.0 + texture * _smooth_noise(rng, h, w, cell)[mask] if texture else 1.0
-        img[mask] = np.clip(color[None, :] * np.atleast_1d(shade)[:, None], 0, 255)
-        lab[mask] = label
+        shade = 1.0 + texture * _smooth_noise(self.rng, self.h, self.w, cell)[mask] if texture else 1.0
+        self.img[mask] = np.clip(color[None, :] * np.atleast_1d(shade)[:, None], 0, 255)
+        self.lab[mask] = label
 
-    # sky: a vertical gradient with soft clouds
-    t = (yy / max(horizon, 1))[..., None]
-    sky_top, sky_low = rng.uniform([40, 90, 150], [90, 140, 220]), rng.uniform([150, 180, 210], [210, 220, 245])
-    img[:] = sky_top * (1 - t) + sky_low * t
-    clouds = np.clip(_smooth_noise(rng, h, w, max(8, w // 12)), 0, 1)[..., None]
-    img[:] = img * (1 - 0.6 * clouds) + 235 * 0.6 * clouds
+    def ground_y(self, t: float) -> float:
+        return self.horizon + t * (self.h - self.horizon)
 
-    # buildings along the horizon, with window grids; gaps let sky and trees through
+
+def _sky(s: _Scene) -> None:
+    """A vertical gradient with soft clouds."""
+    t = (s.yy / max(s.horizon, 1))[..., None]
+    sky_top, sky_low = s.rng.uniform([40, 90, 150], [90, 140, 220]), s.rng.uniform([150, 180, 210], [210, 220, 245])
+    s.img[:] = sky_top * (1 - t) + sky_low * t
+    clouds = np.clip(_smooth_noise(s.rng, s.h, s.w, max(8, s.w // 12)), 0, 1)[..., None]
+    s.img[:] = s.img * (1 - 0.6 * clouds) + 235 * 0.6 * clouds
+
+
+def _buildings(s: _Scene) -> None:
+    """Buildings along the horizon, with window grids; gaps let sky and trees through."""
+    rng, yy, xx, w = s.rng, s.yy, s.xx, s.w
     x = int(rng.integers(-w // 10, 0))
     while x < w:
         bw = max(1, int(rng.uniform(0.08, 0.25) * w))
         if rng.random() < 0.85:
-            top = int(horizon - rng.uniform(0.08, 0.34) * h)
+            top = int(s.horizon - rng.uniform(0.08, 0.34) * s.h)
             base = rng.uniform(60, 190)
             color = base * rng.uniform(0.85, 1.15, 3)
-            m = (yy >= top) & (yy < horizon + 2) & (xx >= x) & (xx < x + bw)
-            paint(m, color, 11, texture=0.08)
+            m = (yy >= top) & (yy < s.horizon + 2) & (xx >= x) & (xx < x + bw)
+            s.paint(m, color, 11, texture=0.08)
             step_y, step_x = int(rng.integers(6, 12)), int(rng.integers(6, 12))
-            win = m & ((yy - top) % step_y >= step_y // 2) & ((xx - x) % step_x >= step_x // 2) & (yy < horizon - 3)
-            img[win] = img[win] * rng.uniform(0.45, 0.8) + rng.uniform(0, 40)
+            win = m & ((yy - top) % step_y >= step_y // 2) & ((xx - x) % step_x >= step_x // 2) & (yy < s.horizon - 3)
+            s.img[win] = s.img[win] * rng.uniform(0.45, 0.8) + rng.uniform(0, 40)
         x += bw + int(rng.integers(0, w // 20 + 1))
 
-    # trees and hedges (vegetation)
+
+def _vegetation(s: _Scene) -> None:
+    """Trees and hedges."""
+    rng, yy, xx = s.rng, s.yy, s.xx
     for _ in range(int(rng.integers(1, 5))):
-        cx, r = rng.uniform(0, w), rng.uniform(0.04, 0.12) * w
-        cy = horizon - r * rng.uniform(0.3, 1.0)
-        crown = np.zeros((h, w), bool)
+        cx, r = rng.uniform(0, s.w), rng.uniform(0.04, 0.12) * s.w
+        cy = s.horizon - r * rng.uniform(0.3, 1.0)
+        crown = np.zeros((s.h, s.w), bool)
         for _ in range(5):
             ox, oy, rr = rng.normal(0, r / 2), rng.normal(0, r / 3), r * rng.uniform(0.5, 0.9)
             crown |= (xx - cx - ox) ** 2 + (yy - cy - oy) ** 2 < rr**2
-        paint(crown, rng.uniform([40, 90, 20], [90, 150, 60]), 21, texture=0.35, cell=2)
-        trunk = (np.abs(xx - cx) < max(1, r / 8)) & (yy > cy) & (yy < horizon + 2)
-        paint(trunk, (90, 70, 50), 21)
+        s.paint(crown, rng.uniform([40, 90, 20], [90, 150, 60]), 21, texture=0.35, cell=2)
+        trunk = (np.abs(xx - cx) < max(1, r / 8)) & (yy > cy) & (yy < s.horizon + 2)
+        s.paint(trunk, (90, 70, 50), 21)
 
-    # ground: road (trapezoid to a vanishing point), sidewalks, terrain
+
+def _ground(s: _Scene) -> None:
+    """Road (a trapezoid to a vanishing point), sidewalks and terrain; sets the road geometry."""
+    rng, yy, xx, w, horizon = s.rng, s.yy, s.xx, s.w, s.horizon
     below = yy >= horizon
-    tt = np.clip((yy - horizon) / max(h - horizon, 1), 0, 1)
-    vx = rng.uniform(0.35, 0.65) * w
-    left = vx + (rng.uniform(-0.25, 0.2) * w - vx) * tt
-    right = vx + (rng.uniform(0.8, 1.25) * w - vx) * tt
-    walk = rng.uniform(0.12, 0.25) * w * tt
+    s.tt = tt = np.clip((yy - horizon) / max(s.h - horizon, 1), 0, 1)
+    s.vx = vx = rng.uniform(0.35, 0.65) * w
+    s.left = left = vx + (rng.uniform(-0.25, 0.2) * w - vx) * tt
+    s.right = right = vx + (rng.uniform(0.8, 1.25) * w - vx) * tt
+    s.walk = walk = rng.uniform(0.12, 0.25) * w * tt
     terrain = below & ((xx < left - walk) | (xx > right + walk))
-    paint(terrain, rng.uniform([80, 110, 50], [140, 170, 90]), 22, texture=0.3, cell=2)
+    s.paint(terrain, rng.uniform([80, 110, 50], [140, 170, 90]), 22, texture=0.3, cell=2)
     sidewalk = below & ~terrain & ((xx < left) | (xx > right))
-    paint(sidewalk, rng.uniform(120, 190) * rng.uniform(0.9, 1.1, 3), 8, texture=0.06)
+    s.paint(sidewalk, rng.uniform(120, 190) * rng.uniform(0.9, 1.1, 3), 8, texture=0.06)
     tiles = sidewalk & (((yy - horizon) % 7 == 0) | (((xx - vx) / np.maximum(tt, 0.05)).astype(int) % 23 == 0))
-    img[tiles] *= 0.8
+    s.img[tiles] *= 0.8
     road = below & (xx >= left) & (xx <= right)
-    paint(road, rng.uniform(55, 110) * rng.uniform(0.95, 1.05, 3), 7, texture=0.05)
+    s.paint(road, rng.uniform(55, 110) * rng.uniform(0.95, 1.05, 3), 7, texture=0.05)
     dashes = road & (np.abs(xx - (vx + (0.5 * (left + right) - vx))) < 0.006 * w * (1 + 4 * tt)) & ((yy // 6) % 3 == 0)
-    img[dashes] = 230
+    s.img[dashes] = 230
 
-    # a fence or a wall between sidewalk and terrain on one side
+
+def _fence_or_wall(s: _Scene) -> None:
+    """A fence or a wall between sidewalk and terrain on one side (sometimes)."""
+    rng, yy, xx = s.rng, s.yy, s.xx
     if rng.random() < 0.6:
         side_left = rng.random() < 0.5
-        edge = (left - walk) if side_left else (right + walk)
-        band = below & (np.abs(xx - edge) < 0.03 * w * (0.3 + tt)) & (yy < horizon + (h - horizon) * 0.9)
-        band &= (yy > horizon + (yy - horizon) * 0) & (tt > 0.05)
+        edge = (s.left - s.walk) if side_left else (s.right + s.walk)
+        band = (yy >= s.horizon) & (np.abs(xx - edge) < 0.03 * s.w * (0.3 + s.tt))
+        band &= (yy < s.horizon + (s.h - s.horizon) * 0.9) & (s.tt > 0.05)
         if rng.random() < 0.5:
-            paint(band, rng.uniform(90, 170) * rng.uniform(0.9, 1.1, 3), 12, texture=0.1)  # wall
+            s.paint(band, rng.uniform(90, 170) * rng.uniform(0.9, 1.1, 3), 12, texture=0.1)  # wall
         else:
             slats = band & ((xx // 3) % 3 == 0)
-            paint(slats, rng.uniform([100, 80, 60], [170, 150, 120]), 13)  # fence
+            s.paint(slats, rng.uniform([100, 80, 60], [170, 150, 120]), 13)  # fence
 
-    def ground_y(t_):
-        return horizon + t_ * (h - horizon)
 
-    # poles with traffic signs and lights on the sidewalk edges
+def _pole(s: _Scene) -> None:
+    """A pole on a sidewalk edge carrying a traffic sign or a traffic light."""
+    rng, yy, xx, w, h = s.rng, s.yy, s.xx, s.w, s.h
+    t_ = rng.uniform(0.2, 0.9)
+    gy = s.ground_y(t_)
+    row = min(int(gy), h - 1)
+    side = rng.random() < 0.5
+    edge_x = (s.vx + (s.left[row, 0] - s.vx)) if side else (s.vx + (s.right[row, 0] - s.vx))
+    px = edge_x - 0.5 * s.walk[row, 0] if side else edge_x + 0.5 * s.walk[row, 0]
+    ph = (0.25 + 0.4 * t_) * h
+    half = max(1.0, 0.006 * w * (0.5 + t_))
+    s.paint((np.abs(xx - px) <= half) & (yy <= gy) & (yy >= gy - ph), rng.uniform(90, 160) * np.ones(3), 17)
+    top, size = gy - ph, max(3.0, 0.03 * w * (0.4 + t_))
+    if rng.random() < 0.5:  # traffic sign: disc or square
+        color = [(220, 30, 30), (240, 240, 240), (30, 80, 200), (240, 200, 20)][int(rng.integers(0, 4))]
+        if rng.random() < 0.5:
+            sign = (xx - px) ** 2 + (yy - top) ** 2 < size**2
+        else:
+            sign = (np.abs(xx - px) < size) & (np.abs(yy - top) < size)
+        s.paint(sign, color, 20)
+        return
+    box = (np.abs(xx - px) < size * 0.6) & (yy > top - size * 1.6) & (yy < top + size * 1.6)  # traffic light
+    s.paint(box, (35, 35, 35), 19)
+    lit = int(rng.integers(0, 3))
+    for k, color in enumerate([(230, 40, 40), (240, 180, 30), (40, 220, 80)]):
+        lamp = (xx - px) ** 2 + (yy - (top - size + k * size)) ** 2 < (size * 0.35) ** 2
+        s.img[lamp] = np.asarray(color) * (1.0 if k == lit else 0.3)
+
+
+def _car(s: _Scene, t_: float) -> None:
+    rng, yy, xx = s.rng, s.yy, s.xx
+    gy = s.ground_y(t_)
+    row = min(int(gy), s.h - 1)
+    l, r = s.left[row, 0], s.right[row, 0]
+    cw = (0.12 + 0.3 * t_) * s.w
+    cx = rng.uniform(l + 0.1 * cw, max(l + 0.1 * cw + 1, r - 1.1 * cw))
+    ch = cw * rng.uniform(0.45, 0.6)
+    body = (xx >= cx) & (xx < cx + cw) & (yy < gy - 0.1 * ch) & (yy >= gy - 0.6 * ch)
+    cabin = (xx >= cx + 0.2 * cw) & (xx < cx + 0.8 * cw) & (yy < gy - 0.55 * ch) & (yy >= gy - ch)
+    s.paint(body | cabin, rng.uniform(20, 235, 3), 26, texture=0.05)
+    glass = cabin & (yy > gy - 0.93 * ch) & (xx > cx + 0.26 * cw) & (xx < cx + 0.74 * cw)
+    s.img[glass] = s.img[glass] * 0.3 + np.asarray([60, 80, 100]) * 0.7
+    for wx in (cx + 0.2 * cw, cx + 0.8 * cw):
+        wheel = (xx - wx) ** 2 + (yy - (gy - 0.12 * ch)) ** 2 < (0.13 * cw) ** 2
+        s.paint(wheel, (20, 20, 20), 26)
+
+
+def _person(s: _Scene, t_: float) -> None:
+    rng, yy, xx = s.rng, s.yy, s.xx
+    gy = s.ground_y(t_)
+    row = min(int(gy), s.h - 1)
+    l, r = s.left[row, 0], s.right[row, 0]
+    on_left = rng.random() < 0.5
+    wk = s.walk[row, 0]
+    px = (l - rng.uniform(0.2, 0.8) * wk) if on_left else (r + rng.uniform(0.2, 0.8) * wk)
+    ph = (0.12 + 0.35 * t_) * s.h
+    pw = ph * 0.28
+    legs = (np.abs(xx - px) < pw * 0.35) & (yy <= gy) & (yy > gy - 0.45 * ph) & ((np.abs(xx - px) > pw * 0.06))
+    torso = (np.abs(xx - px) < pw * 0.5) & (yy <= gy - 0.4 * ph) & (yy > gy - 0.82 * ph)
+    head = (xx - px) ** 2 + (yy - (gy - 0.9 * ph)) ** 2 < (0.1 * ph) ** 2
+    s.paint(legs, rng.uniform(20, 120, 3), 24)
+    s.paint(torso, rng.uniform(20, 235, 3), 24, texture=0.1)
+    s.paint(head, rng.uniform([150, 100, 70], [240, 200, 170]), 24)
+
+
+def street_scene(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """One synthetic street scene: ``(H, W, 3)`` uint8 RGB and ``(H, W)`` uint8 Cityscapes label ids."""
+    s = _Scene(rng, height, width)
+    for painter in (_sky, _buildings, _vegetation, _ground, _fence_or_wall):
+        painter(s)
     for _ in range(int(rng.integers(1, 4))):
-        t_ = rng.uniform(0.2, 0.9)
-        gy = ground_y(t_)
-        side = rng.random() < 0.5
-        edge_x = (vx + (left[min(int(gy), h - 1), 0] - vx)) if side else (vx + (right[min(int(gy), h - 1), 0] - vx))
-        px = edge_x - 0.5 * walk[min(int(gy), h - 1), 0] if side else edge_x + 0.5 * walk[min(int(gy), h - 1), 0]
-        ph = (0.25 + 0.4 * t_) * h
-        half = max(1.0, 0.006 * w * (0.5 + t_))
-        pole = (np.abs(xx - px) <= half) & (yy <= gy) & (yy >= gy - ph)
-        paint(pole, rng.uniform(90, 160) * np.ones(3), 17)
-        top, size = gy - ph, max(3.0, 0.03 * w * (0.4 + t_))
-        if rng.random() < 0.5:  # traffic sign: disc or square
-            color = [(220, 30, 30), (240, 240, 240), (30, 80, 200), (240, 200, 20)][int(rng.integers(0, 4))]
-            if rng.random() < 0.5:
-                sign = (xx - px) ** 2 + (yy - top) ** 2 < size**2
-            else:
-                sign = (np.abs(xx - px) < size) & (np.abs(yy - top) < size)
-            paint(sign, color, 20)
-        else:  # traffic light: a dark box with three lamps
-            box = (np.abs(xx - px) < size * 0.6) & (yy > top - size * 1.6) & (yy < top + size * 1.6)
-            paint(box, (35, 35, 35), 19)
-            lit = int(rng.integers(0, 3))
-            for k, color in enumerate([(230, 40, 40), (240, 180, 30), (40, 220, 80)]):
-                lamp = (xx - px) ** 2 + (yy - (top - size + k * size)) ** 2 < (size * 0.35) ** 2
-                img[lamp] = np.asarray(color) * (1.0 if k == lit else 0.3)
-
-    # cars on the road and people on the sidewalks, far to near
-    objects = [("car", rng.uniform(0.15, 0.95)) for _ in range(int(rng.integers(1, 5)))]
+        _pole(s)
+    objects = [("car", rng.uniform(0.15, 0.95)) for _ in range(int(rng.integers(1, 5)))]  # far to near
     objects += [("person", rng.uniform(0.2, 0.95)) for _ in range(int(rng.integers(0, 4)))]
     for kind, t_ in sorted(objects, key=lambda o: o[1]):
-        gy = ground_y(t_)
-        row = min(int(gy), h - 1)
-        l, r = left[row, 0], right[row, 0]
-        if kind == "car":
-            cw = (0.12 + 0.3 * t_) * w
-            cx = rng.uniform(l + 0.1 * cw, max(l + 0.1 * cw + 1, r - 1.1 * cw))
-            ch = cw * rng.uniform(0.45, 0.6)
-            body = (xx >= cx) & (xx < cx + cw) & (yy < gy - 0.1 * ch) & (yy >= gy - 0.6 * ch)
-            cabin = (xx >= cx + 0.2 * cw) & (xx < cx + 0.8 * cw) & (yy < gy - 0.55 * ch) & (yy >= gy - ch)
-            paint(body | cabin, rng.uniform(20, 235, 3), 26, texture=0.05)
-            glass = cabin & (yy > gy - 0.93 * ch) & (xx > cx + 0.26 * cw) & (xx < cx + 0.74 * cw)
-            img[glass] = img[glass] * 0.3 + np.asarray([60, 80, 100]) * 0.7
-            for wx in (cx + 0.2 * cw, cx + 0.8 * cw):
-                wheel = (xx - wx) ** 2 + (yy - (gy - 0.12 * ch)) ** 2 < (0.13 * cw) ** 2
-                paint(wheel, (20, 20, 20), 26)
-        else:
-            on_left = rng.random() < 0.5
-            wk = walk[row, 0]
-            px = (l - rng.uniform(0.2, 0.8) * wk) if on_left else (r + rng.uniform(0.2, 0.8) * wk)
-            ph = (0.12 + 0.35 * t_) * h
-            pw = ph * 0.28
-            legs = (np.abs(xx - px) < pw * 0.35) & (yy <= gy) & (yy > gy - 0.45 * ph) & ((np.abs(xx - px) > pw * 0.06))
-            torso = (np.abs(xx - px) < pw * 0.5) & (yy <= gy - 0.4 * ph) & (yy > gy - 0.82 * ph)
-            head = (xx - px) ** 2 + (yy - (gy - 0.9 * ph)) ** 2 < (0.1 * ph) ** 2
-            paint(legs, rng.uniform(20, 120, 3), 24)
-            paint(torso, rng.uniform(20, 235, 3), 24, texture=0.1)
-            paint(head, rng.uniform([150, 100, 70], [240, 200, 170]), 24)
-
-    # light, shadow and sensor noise
-    light = 1.0 + 0.25 * _smooth_noise(rng, h, w, max(16, w // 4)) + rng.uniform(-0.15, 0.15)
-    img = img * light[..., None] + rng.normal(0, rng.uniform(3, 8), img.shape)
-    return np.clip(img, 0, 255).astype(np.uint8), lab
+        (_car if kind == "car" else _person)(s, t_)
+    light = 1.0 + 0.25 * _smooth_noise(rng, s.h, s.w, max(16, s.w // 4)) + rng.uniform(-0.15, 0.15)
+    img = s.img * light[..., None] + rng.normal(0, rng.uniform(3, 8), s.img.shape)  # light, shadow, noise
+    return np.clip(img, 0, 255).astype(np.uint8), s.lab
 
 
 def ensure_synthetic_cityscapes(
