@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 
-from upzoo import RegistryError, create_upsampler, list_upsamplers, register_upsampler
+from upzoo import MaskedGaussianBlur, RegistryError, create_upsampler, list_upsamplers, register_upsampler
 from upzoo.registry import UPSAMPLERS, PluginWarning, Registry, upsampler_info
 from upzoo.upsamplers import TransposedConvUpsampler, Upsampler
 
@@ -150,3 +150,13 @@ def test_plugin_may_override_explicitly(plugin_dir):
     )
     UPSAMPLERS.reload_plugins()
     assert upsampler_info("carafe").origin.startswith("plugin package")
+
+
+def test_post_filters_are_blocks_of_the_contract():
+    from upzoo.upsamplers.base import PostFilter, Upsampler
+
+    blur = create_upsampler("masked_blur", spatial_dims=3, in_channels=4, out_channels=4, scale=1, threshold=0.5)
+    assert isinstance(blur, PostFilter) and isinstance(blur, Upsampler) and blur.kind == "post_filter"
+    assert blur.output_shape((2, 4, 5, 6, 7)) == (2, 4, 5, 6, 7) == tuple(blur(torch.rand(2, 4, 5, 6, 7)).shape)
+    any_channels = MaskedGaussianBlur(threshold=0.5)
+    assert any_channels.in_channels is None and any_channels.output_shape((1, 9, 8, 8)) == (1, 9, 8, 8)

@@ -14,6 +14,10 @@ from upzoo.errors import ConfigError, ShapeError
 __all__ = [
     "conv_nd",
     "conv_transpose_nd",
+    "batch_norm_nd",
+    "instance_norm_nd",
+    "avg_pool_nd",
+    "linear_mode",
     "to_ntuple",
     "check_positive_int",
     "check_input_shape",
@@ -22,6 +26,10 @@ __all__ = [
 
 _CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 _CONV_TRANSPOSE = {1: nn.ConvTranspose1d, 2: nn.ConvTranspose2d, 3: nn.ConvTranspose3d}
+_BATCH_NORM = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
+_INSTANCE_NORM = {1: nn.InstanceNorm1d, 2: nn.InstanceNorm2d, 3: nn.InstanceNorm3d}
+_AVG_POOL = {1: nn.functional.avg_pool1d, 2: nn.functional.avg_pool2d, 3: nn.functional.avg_pool3d}
+_LINEAR_MODE = {1: "linear", 2: "bilinear", 3: "trilinear"}
 _AXES = {1: "L", 2: "H, W", 3: "D, H, W"}
 
 
@@ -33,6 +41,30 @@ def conv_nd(spatial_dims: int) -> type[nn.Conv1d | nn.Conv2d | nn.Conv3d]:
 def conv_transpose_nd(spatial_dims: int) -> type[nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d]:
     """The ``nn.ConvTransposeNd`` class for 1, 2 or 3 spatial dims."""
     return _CONV_TRANSPOSE[spatial_dims]
+
+
+def batch_norm_nd(spatial_dims: int) -> type[nn.modules.batchnorm._BatchNorm]:
+    """The ``nn.BatchNormNd`` class for 1, 2 or 3 spatial dims."""
+    return _BATCH_NORM[spatial_dims]
+
+
+def instance_norm_nd(spatial_dims: int) -> type[nn.modules.instancenorm._InstanceNorm]:
+    """The ``nn.InstanceNormNd`` class for 1, 2 or 3 spatial dims."""
+    return _INSTANCE_NORM[spatial_dims]
+
+
+def avg_pool_nd(spatial_dims: int):
+    """``F.avg_pool1d/2d/3d`` for 1, 2 or 3 spatial dims."""
+    return _AVG_POOL[spatial_dims]
+
+
+def linear_mode(spatial_dims: int) -> str:
+    """The (multi-)linear interpolation mode of ``F.interpolate`` / ``grid_sample`` for these dims.
+
+    >>> linear_mode(2), linear_mode(3)
+    ('bilinear', 'trilinear')
+    """
+    return _LINEAR_MODE[spatial_dims]
 
 
 def _is_int(value: object) -> bool:

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from upzoo.layers import linear_mode
 from upzoo.metrics.checkerboard import image_checkerboard, phases as _phases
 from upzoo.upsamplers.transposed import overlap_counts
 
@@ -34,7 +35,7 @@ def smooth_field(shape: Sequence[int], *, seed: int = 0, cell: int = 8) -> torch
     b, c, *spatial = (int(s) for s in shape)
     g = torch.Generator().manual_seed(seed)
     coarse = torch.rand(b, c, *[max(2, s // cell + 2) for s in spatial], generator=g) * 2 - 1
-    mode = "bilinear" if len(spatial) == 2 else "trilinear"
+    mode = linear_mode(len(spatial))
     return F.interpolate(coarse, size=tuple(spatial), mode=mode, align_corners=True)
 
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import torch
-from torch import nn
 
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.layers import check_input_shape, check_positive_int, to_ntuple
+from upzoo.layers import to_ntuple
 from upzoo.registry import register_upsampler
+from upzoo.upsamplers.base import PostFilter
 
 try:
     from upzoo.filters import _masked_blur_cpu as _cpu_kernel
@@ -481,8 +481,9 @@ def masked_gaussian_blur(
     return _MaskedBlurFunction.apply(x, mask, plan, float(threshold), None if soft is None else float(soft))
 
 
-class MaskedGaussianBlur(nn.Module):
-    """Module form of :func:`masked_gaussian_blur` (same arguments, fixed at construction).
+class MaskedGaussianBlur(PostFilter):
+    """Module form of :func:`masked_gaussian_blur` (same arguments, fixed at construction); a
+    post-filter of the upsampler contract (scale 1, channels kept).
 
     ``(B, C, *S) -> (B, C, *S)``. ``spatial_dims`` and ``channels`` (optional) are checked on input.
 
@@ -490,8 +491,6 @@ class MaskedGaussianBlur(nn.Module):
     >>> blur(torch.rand(2, 3, 16, 16)).shape
     torch.Size([2, 3, 16, 16])
     """
-
-    kind = "post_filter"
 
     def __init__(
         self,
@@ -505,24 +504,18 @@ class MaskedGaussianBlur(nn.Module):
         spatial_dims: int = 2,
         channels: int | None = None,
     ) -> None:
-        super().__init__()
-        if spatial_dims not in (2, 3):
-            raise ConfigError(f"MaskedGaussianBlur supports spatial_dims 2 or 3, got {spatial_dims!r}")
-        self.spatial_dims = spatial_dims
-        self.in_channels = self.out_channels = None if channels is None else check_positive_int(channels, "channels")
-        self.scale = (1,) * spatial_dims
+        super().__init__(spatial_dims=spatial_dims, channels=channels)
         self.options = dict(
             threshold=threshold, kernel_size=kernel_size, sigma=sigma, border=border, stride=stride, soft=soft
         )
         _check_options(spatial_dims, kernel_size, sigma, border, stride, soft, threshold)  # fail now, not at forward
 
-    def output_shape(self, input_shape: Sequence[int]) -> tuple[int, ...]:
-        """The input shape: the filter never changes it."""
-        return check_input_shape(input_shape, spatial_dims=self.spatial_dims, channels=self.in_channels, owner="MaskedGaussianBlur")
-
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         self.output_shape(x.shape)
         return masked_gaussian_blur(x, mask=mask, **self.options)
+
+    def upsample(self, x: torch.Tensor) -> torch.Tensor:
+        return masked_gaussian_blur(x, **self.options)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.options.items())

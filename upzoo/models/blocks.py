@@ -7,7 +7,7 @@ from typing import Literal, Sequence
 from torch import nn
 
 from upzoo.errors import ConfigError
-from upzoo.layers import conv_nd
+from upzoo.layers import batch_norm_nd, conv_nd, instance_norm_nd
 
 __all__ = ["Norm", "Act", "make_norm", "make_act", "ConvNormAct", "DoubleConv"]
 
@@ -20,9 +20,9 @@ _ACTS = ("relu", "leaky_relu", "gelu", "silu")
 def make_norm(norm: str, spatial_dims: int, channels: int) -> nn.Module:
     """``batch`` / ``instance`` (affine) / ``group`` (8 groups or fewer) / ``none``."""
     if norm == "batch":
-        return (nn.BatchNorm2d if spatial_dims == 2 else nn.BatchNorm3d)(channels)
+        return batch_norm_nd(spatial_dims)(channels)
     if norm == "instance":
-        return (nn.InstanceNorm2d if spatial_dims == 2 else nn.InstanceNorm3d)(channels, affine=True)
+        return instance_norm_nd(spatial_dims)(channels, affine=True)
     if norm == "group":
         groups = next(g for g in (8, 4, 2, 1) if channels % g == 0)
         return nn.GroupNorm(groups, channels)

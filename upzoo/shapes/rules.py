@@ -120,12 +120,11 @@ _IDENTITY = (
 
 def layer_rule(module: nn.Module) -> SpatialRule | None:
     """The spatial output-size rule of ``module``, or ``None`` when upzoo has no rule for it."""
-    from upzoo.filters.masked_blur import MaskedGaussianBlur
     from upzoo.upsamplers.base import Upsampler
 
-    if isinstance(module, Upsampler):
+    if isinstance(module, Upsampler):  # every registered block, post-filters included
         return lambda s: module.output_spatial(tuple(s))
-    if isinstance(module, (MaskedGaussianBlur, *_IDENTITY)):
+    if isinstance(module, _IDENTITY):
         return lambda s: tuple(s)
     if isinstance(module, nn.modules.conv._ConvNd):
         return _conv_rule(module)

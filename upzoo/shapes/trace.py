@@ -45,14 +45,13 @@ def _meta_copy(model: nn.Module) -> nn.Module:
 
 def layer_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """The modules a trace reports: leaves, and registered blocks as a whole (not their insides)."""
-    from upzoo.filters.masked_blur import MaskedGaussianBlur
     from upzoo.upsamplers.base import Upsampler
 
     layers, inside = [], []
     for name, module in model.named_modules():
         if any(name.startswith(prefix + ".") for prefix in inside):
             continue
-        if isinstance(module, (Upsampler, MaskedGaussianBlur)):
+        if isinstance(module, Upsampler):  # registered blocks and post-filters as a whole
             inside.append(name)
             layers.append((name, module))
         elif not any(True for _ in module.children()):

@@ -11,7 +11,7 @@ from torch import nn
 from upzoo.errors import ConfigError
 from upzoo.layers import check_input_shape, check_positive_int, to_ntuple
 
-__all__ = ["Upsampler", "MAX_SCALE"]
+__all__ = ["Upsampler", "PostFilter", "MAX_SCALE"]
 
 MAX_SCALE = 256  # per axis, per block: beyond it the weights of most blocks alone exhaust memory
 
@@ -35,16 +35,22 @@ class Upsampler(nn.Module):
 
     kind: ClassVar[str] = "upsampler"
     supported_spatial_dims: ClassVar[tuple[int, ...]] = (2, 3)
+    any_channels: ClassVar[bool] = False  # channel-wise blocks may leave the channels unset (None): any count
 
-    def __init__(self, *, spatial_dims: int, in_channels: int, out_channels: int, scale: int | Sequence[int]) -> None:
+    def __init__(
+        self, *, spatial_dims: int, in_channels: int | None, out_channels: int | None, scale: int | Sequence[int]
+    ) -> None:
         super().__init__()
         if spatial_dims not in self.supported_spatial_dims:
             raise ConfigError(
                 f"{type(self).__name__} supports spatial_dims in {self.supported_spatial_dims}, got {spatial_dims!r}"
             )
         self.spatial_dims = int(spatial_dims)
-        self.in_channels = check_positive_int(in_channels, "in_channels")
-        self.out_channels = check_positive_int(out_channels, "out_channels")
+        if self.any_channels and in_channels is None and out_channels is None:
+            self.in_channels = self.out_channels = None
+        else:
+            self.in_channels = check_positive_int(in_channels, "in_channels")
+            self.out_channels = check_positive_int(out_channels, "out_channels")
         self.scale: tuple[int, ...] = to_ntuple(scale, self.spatial_dims, "scale")
         if max(self.scale) > MAX_SCALE:
             raise ConfigError(f"scale must be at most {MAX_SCALE} per axis, got {scale!r}; upsample in several stages")
@@ -67,7 +73,8 @@ class Upsampler(nn.Module):
         shape = check_input_shape(
             input_shape, spatial_dims=self.spatial_dims, channels=self.in_channels, owner=type(self).__name__
         )
-        return (shape[0], self.out_channels, *self.output_spatial(shape[2:]))
+        channels = shape[1] if self.out_channels is None else self.out_channels
+        return (shape[0], channels, *self.output_spatial(shape[2:]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_input_shape(x.shape, spatial_dims=self.spatial_dims, channels=self.in_channels, owner=type(self).__name__)
@@ -81,3 +88,15 @@ class Upsampler(nn.Module):
             f"spatial_dims={self.spatial_dims}, in_channels={self.in_channels}, "
             f"out_channels={self.out_channels}, scale={self.scale}"
         )
+
+
+class PostFilter(Upsampler):
+    """A block of the same contract at scale 1 that keeps the channels (kind ``post_filter``), e.g.
+    the masked blur after a model's last layer: ``(B, C, *S) -> (B, C, *S)``. ``channels=None``
+    takes any channel count."""
+
+    kind: ClassVar[str] = "post_filter"
+    any_channels: ClassVar[bool] = True
+
+    def __init__(self, *, spatial_dims: int, channels: int | None = None) -> None:
+        super().__init__(spatial_dims=spatial_dims, in_channels=channels, out_channels=channels, scale=1)

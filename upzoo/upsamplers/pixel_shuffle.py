@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from upzoo.errors import ConfigError
-from upzoo.layers import conv_nd, to_ntuple
+from upzoo.layers import avg_pool_nd, conv_nd, to_ntuple
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
 
@@ -113,6 +113,6 @@ class PixelShuffleUpsampler(Upsampler):
             y = pixel_shuffle_nd(y, self.scale)
         if self.blur:
             pad = [p for r in reversed(self.scale) for p in (r - 1, 0)]
-            pool = F.avg_pool2d if self.spatial_dims == 2 else F.avg_pool3d
+            pool = avg_pool_nd(self.spatial_dims)
             y = pool(F.pad(y, pad, mode="replicate"), kernel_size=self.scale, stride=1)
         return y
