@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import signal
 import subprocess
@@ -216,23 +217,33 @@ def test_eval_of_a_checkpoint_matches_the_runs_own_validation(cache, tmp_path):
     assert "| road |" in table and "mIoU" in table
 
 
-def test_gan_training_resumes(cache, tmp_path):
+def test_gan_training_resumes_exactly(cache, tmp_path):
     recipe = load_recipe(ROOT / "recipes" / "dcgan_pixel_shuffle.yaml", [
         "train.max_steps=4", "data.num_workers=0", "data.batch_size=4", "data.synthetic_train=8",
         "data.synthetic_val=1", "data.synthetic_size=[64,128]", f"data.cache_dir={cache}", "model.base_channels=8",
-        "train.discriminator_base_channels=8", "train.sample_every=2", "train.log_every=1"])
+        "train.discriminator_base_channels=8", "train.sample_every=2", "train.log_every=1",
+        "train.schedule=poly", "train.grad_clip=5.0"])  # the engine gives GANs schedules and clipping too
 
     def stop_at_two(step, loss, stop):
         if step == 2:
             stop.request()
 
+    full = train(recipe, tmp_path / "full", progress=False)
     part = train(recipe, tmp_path / "gan", progress=False, on_step=stop_at_two)
     assert part["interrupted"] and part["steps"] == 2
     done = train(recipe, tmp_path / "gan", resume=True, progress=False)
     assert done["steps"] == 4 and (tmp_path / "gan" / "samples_000004.png").is_file()
-    rows = list(csv.DictReader(open(tmp_path / "gan" / "metrics.csv")))
-    assert [r["step"] for r in rows if r["loss_g"]] == ["1", "2", "3", "4"]
-    assert any(r["checkerboard"] for r in rows)
+    rows = {r["step"]: r for r in csv.DictReader(open(tmp_path / "gan" / "metrics.csv")) if r["loss_g"]}
+    expected = {r["step"]: r for r in csv.DictReader(open(tmp_path / "full" / "metrics.csv")) if r["loss_g"]}
+    assert sorted(rows) == ["1", "2", "3", "4"]
+    for step in ("3", "4"):
+        for key in ("loss_d", "loss_g", "lr"):
+            assert float(rows[step][key]) == pytest.approx(float(expected[step][key]), rel=1e-5), (step, key)
+    ours, theirs = load_checkpoint(tmp_path / "gan" / "last.pt"), load_checkpoint(tmp_path / "full" / "last.pt")
+    for module in ("generator", "discriminator"):
+        for name, value in theirs[module].items():
+            torch.testing.assert_close(ours[module][name], value, rtol=1e-5, atol=1e-6, msg=f"{module}.{name}")
+    assert done["checkerboard"] == pytest.approx(full["checkerboard"], rel=1e-4)
 
 
 def test_ddp_on_two_cpu_processes_matches_a_single_process_evaluation(tmp_path):
@@ -261,14 +272,42 @@ def test_quickstart_reaches_a_miou_well_above_a_trivial_baseline(tmp_path):
 
 
 def test_mixed_precision_channels_last_dice_and_every_schedule(cache, tmp_path):
+    """bf16 autocast really runs in bf16, changes the loss only by rounding, and every optimiser and
+    schedule trains with channels_last, Dice and clipping."""
+    from upzoo.prepare import prepare
+    from upzoo.train.engine import Trainer
+    from upzoo.train.tasks import make_task
+
+    first_losses, dtypes = {}, {}
+    for amp in ("none", "bf16"):
+        task = make_task(prepare(parse_recipe(tiny(cache, max_steps=1, amp=amp, channels_last=True))))
+        task.modules["model"].head.register_forward_hook(
+            lambda m, a, out, amp=amp: dtypes.setdefault(amp, out.dtype) and None)  # None: keep the output
+        first_losses[amp] = Trainer(task, tmp_path / f"amp-{amp}", progress=False).fit()["last_loss"]
+    assert dtypes == {"none": torch.float32, "bf16": torch.bfloat16}
+    assert first_losses["bf16"] == pytest.approx(first_losses["none"], rel=0.02)
+    assert first_losses["bf16"] != first_losses["none"]  # it did compute in lower precision
     for i, (optimizer, schedule) in enumerate([("sgd", "cosine"), ("adam", "constant"), ("adamw", "poly")]):
         recipe = parse_recipe(tiny(cache, max_steps=2, amp="bf16", channels_last=True, loss="ce+dice",
                                    optimizer=optimizer, schedule=schedule, warmup_steps=1, grad_clip=1.0))
         summary = train(recipe, tmp_path / f"run{i}", progress=False)
-        assert summary["steps"] == 2 and summary["last_loss"] == summary["last_loss"]  # finite, not NaN
+        assert summary["steps"] == 2 and math.isfinite(summary["last_loss"])
     with pytest.raises(ConfigError, match="train.amp 'fp16' needs CUDA"):
-        train(parse_recipe(tiny(cache, max_steps=1, amp="fp16", device="cpu")), tmp_path / "fp16",
-                           progress=False)
+        train(parse_recipe(tiny(cache, max_steps=1, amp="fp16", device="cpu")), tmp_path / "fp16", progress=False)
+
+
+def test_tensorboard_logger_writes_event_files_tensorboard_reads(cache, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    summary = train(parse_recipe(tiny(cache, max_steps=3, loggers=["csv", "tensorboard"])), tmp_path / "run",
+                    progress=False)
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    assert {"loss", "lr", "val_miou"} <= set(events.Tags()["scalars"])
+    assert [e.step for e in events.Scalars("loss")] == [1, 2, 3]
+    assert events.Scalars("val_miou")[-1].value == pytest.approx(summary["val"]["miou"], rel=1e-6)
+    with pytest.raises(ConfigError, match=r"train.loggers: 'csv' is always on"):
+        parse_recipe(tiny(cache, loggers=["tensorboard"]))
 
 
 def test_gan_under_ddp(cache, tmp_path):
