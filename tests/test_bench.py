@@ -102,7 +102,12 @@ def test_bench_blocks_rows():
     assert row["interpolate"]["params"] == 0 and row["interpolate"]["gflops"] == 0
     assert row["pixel_shuffle"]["checkerboard"] == 0 and row["transposed"]["fwd_bwd_ms"] > 0
     assert [r["block"] for r in bench_blocks((1, 4, 4, 8, 8), runs=1)] == [
-        "dysample", "interp_conv", "interpolate", "pixel_shuffle", "transposed"]
+        "dysample",
+        "interp_conv",
+        "interpolate",
+        "pixel_shuffle",
+        "transposed",
+    ]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -114,12 +119,29 @@ def test_bench_commands(tmp_path):
     assert result.returncode == 0, result.stderr
     assert {r["block"] for r in json.loads(result.stdout)} >= {"transposed", "carafe"}
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 19,
-                  "channels": [4, 8]},
-        "data": {"synthetic_train": 4, "synthetic_val": 1, "synthetic_size": [32, 64], "crop_size": [32, 32],
-                 "batch_size": 2, "num_workers": 0, "cache_dir": str(tmp_path / "cache")},
-        "train": {"max_steps": 2}}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "model": {
+                    "architecture": "unet",
+                    "spatial_dims": 2,
+                    "in_channels": 3,
+                    "num_classes": 19,
+                    "channels": [4, 8],
+                },
+                "data": {
+                    "synthetic_train": 4,
+                    "synthetic_val": 1,
+                    "synthetic_size": [32, 64],
+                    "crop_size": [32, 32],
+                    "batch_size": 2,
+                    "num_workers": 0,
+                    "cache_dir": str(tmp_path / "cache"),
+                },
+                "train": {"max_steps": 2},
+            }
+        )
+    )
     result = _cli("bench", "model", str(recipe), "--runs", "2", "--json")
     assert result.returncode == 0, result.stderr
     measured = json.loads(result.stdout)

@@ -26,17 +26,30 @@ def test_transposed_equals_nn_conv_transpose_with_the_same_weights():
 
 @pytest.mark.parametrize(
     "kernel, stride, padding, output_padding, dilation",
-    [(k, s, p, op, d) for k, s, p, op, d in itertools.product([1, 2, 3, 4, 5], [1, 2, 3], [0, 1, 2], [0, 1], [1, 2])
-     if op < max(s, d)],
+    [
+        (k, s, p, op, d)
+        for k, s, p, op, d in itertools.product([1, 2, 3, 4, 5], [1, 2, 3], [0, 1, 2], [0, 1], [1, 2])
+        if op < max(s, d)
+    ],
 )
 def test_transposed_output_formula_matches_pytorch(kernel, stride, padding, output_padding, dilation):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CheckerboardWarning)
-        block = create_upsampler("transposed", spatial_dims=2, in_channels=1, out_channels=1, scale=stride,
-                                 kernel_size=kernel, padding=padding, output_padding=output_padding, dilation=dilation)
+        block = create_upsampler(
+            "transposed",
+            spatial_dims=2,
+            in_channels=1,
+            out_channels=1,
+            scale=stride,
+            kernel_size=kernel,
+            padding=padding,
+            output_padding=output_padding,
+            dilation=dilation,
+        )
     for size in (1, 4, 7):
-        expected = transposed_output_size(size, kernel_size=kernel, stride=stride, padding=padding,
-                                          output_padding=output_padding, dilation=dilation)
+        expected = transposed_output_size(
+            size, kernel_size=kernel, stride=stride, padding=padding, output_padding=output_padding, dilation=dilation
+        )
         if expected < 1:
             with pytest.raises(ShapeError, match="would produce spatial size"):
                 block.output_shape((1, 1, size, size))
@@ -46,19 +59,39 @@ def test_transposed_output_formula_matches_pytorch(kernel, stride, padding, outp
 
 
 def test_transposed_uneven_overlap_warns_and_dcgan_preset_does_not():
-    with pytest.warns(CheckerboardWarning, match=r"^transposed: kernel_size=\(3, 3\) at stride \(2, 2\) overlaps "
-                                                 r"unevenly on axes \[0, 1\]") as caught:
-        create_upsampler("transposed", spatial_dims=2, in_channels=2, out_channels=2, scale=2, kernel_size=3,
-                         padding=1, output_padding=1)
+    with pytest.warns(
+        CheckerboardWarning,
+        match=r"^transposed: kernel_size=\(3, 3\) at stride \(2, 2\) overlaps "
+        r"unevenly on axes \[0, 1\]",
+    ) as caught:
+        create_upsampler(
+            "transposed",
+            spatial_dims=2,
+            in_channels=2,
+            out_channels=2,
+            scale=2,
+            kernel_size=3,
+            padding=1,
+            output_padding=1,
+        )
     assert caught[0].filename == __file__  # the warning points at the user's call, not at upzoo's internals
-    with pytest.warns(CheckerboardWarning, match=r"^UNet decoder stage 1 \(upsampler_options\): transposed: ") as caught:
-        UNet(spatial_dims=2, in_channels=1, num_classes=1, channels=(2, 2, 2), upsampler=["transposed", "transposed"],
-             upsampler_options=[None, {"kernel_size": 3, "padding": 1, "output_padding": 1}])
+    with pytest.warns(
+        CheckerboardWarning, match=r"^UNet decoder stage 1 \(upsampler_options\): transposed: "
+    ) as caught:
+        UNet(
+            spatial_dims=2,
+            in_channels=1,
+            num_classes=1,
+            channels=(2, 2, 2),
+            upsampler=["transposed", "transposed"],
+            upsampler_options=[None, {"kernel_size": 3, "padding": 1, "output_padding": 1}],
+        )
     assert caught[0].filename == __file__
     with warnings.catch_warnings():
         warnings.simplefilter("error", CheckerboardWarning)
-        dcgan = create_upsampler("transposed", spatial_dims=2, in_channels=2, out_channels=2, scale=2,
-                                 kernel_size=4, padding=1)
+        dcgan = create_upsampler(
+            "transposed", spatial_dims=2, in_channels=2, out_channels=2, scale=2, kernel_size=4, padding=1
+        )
     assert dcgan(torch.randn(1, 2, 33, 17)).shape == (1, 2, 66, 34)
 
 
@@ -100,28 +133,41 @@ def test_pixel_shuffle_without_icnr_uses_pytorch_default_init_and_blur_keeps_sha
     plain = create_upsampler("pixel_shuffle", spatial_dims=2, in_channels=3, out_channels=2, scale=2, icnr=False)
     w = plain.conv.weight
     assert not torch.equal(w[0], w[1])  # sub-kernels differ
-    blurred = create_upsampler("pixel_shuffle", spatial_dims=3, in_channels=3, out_channels=2, scale=(1, 2, 3),
-                               blur=True)
+    blurred = create_upsampler(
+        "pixel_shuffle", spatial_dims=3, in_channels=3, out_channels=2, scale=(1, 2, 3), blur=True
+    )
     assert blurred(torch.randn(1, 3, 2, 5, 5)).shape == (1, 2, 2, 10, 15)
 
 
 # -- interpolation -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("dims, mode, align", [(2, "nearest", None), (2, "bilinear", True), (2, "bicubic", False),
-                                               (3, "trilinear", None), (3, "nearest-exact", None)])
+@pytest.mark.parametrize(
+    "dims, mode, align",
+    [
+        (2, "nearest", None),
+        (2, "bilinear", True),
+        (2, "bicubic", False),
+        (3, "trilinear", None),
+        (3, "nearest-exact", None),
+    ],
+)
 def test_interp_conv_equals_interpolate_then_conv(dims, mode, align):
-    block = create_upsampler("interp_conv", spatial_dims=dims, in_channels=3, out_channels=4, scale=2, mode=mode,
-                             align_corners=align)
+    block = create_upsampler(
+        "interp_conv", spatial_dims=dims, in_channels=3, out_channels=4, scale=2, mode=mode, align_corners=align
+    )
     conv = (nn.Conv2d if dims == 2 else nn.Conv3d)(3, 4, 3, padding=1)
     conv.load_state_dict(block.conv.state_dict())
     x = torch.randn(2, 3, *([5] * dims))
     torch.testing.assert_close(block(x), conv(F.interpolate(x, scale_factor=2, mode=mode, align_corners=align)))
-    plain = create_upsampler("interpolate", spatial_dims=dims, in_channels=3, out_channels=3, scale=2, mode=mode,
-                             align_corners=align)
+    plain = create_upsampler(
+        "interpolate", spatial_dims=dims, in_channels=3, out_channels=3, scale=2, mode=mode, align_corners=align
+    )
     torch.testing.assert_close(plain(x), F.interpolate(x, scale_factor=2, mode=mode, align_corners=align))
 
 
 def test_interp_modes_are_checked_per_dims():
-    with pytest.raises(ConfigError, match="mode for 3D must be one of nearest, nearest-exact, trilinear, got 'bilinear'"):
+    with pytest.raises(
+        ConfigError, match="mode for 3D must be one of nearest, nearest-exact, trilinear, got 'bilinear'"
+    ):
         create_upsampler("interp_conv", spatial_dims=3, in_channels=2, out_channels=2, scale=2, mode="bilinear")
     with pytest.raises(ConfigError, match="align_corners applies to"):
         create_upsampler("interp_conv", spatial_dims=2, in_channels=2, out_channels=2, scale=2, align_corners=True)
@@ -130,7 +176,9 @@ def test_interp_modes_are_checked_per_dims():
 
 
 # -- DySample ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("dims, scale, mode", [(2, 2, "bilinear"), (2, (2, 3), "bilinear"), (3, (1, 2, 2), "trilinear")])
+@pytest.mark.parametrize(
+    "dims, scale, mode", [(2, 2, "bilinear"), (2, (2, 3), "bilinear"), (3, (1, 2, 2), "trilinear")]
+)
 def test_dysample_with_zero_offsets_is_linear_interpolation(dims, scale, mode):
     block = create_upsampler("dysample", spatial_dims=dims, in_channels=8, out_channels=8, scale=scale)
     nn.init.zeros_(block.offset.weight)
@@ -166,14 +214,15 @@ def _carafe_loop(x, kernels, k, scale):
     out = torch.zeros(1, c, h * sh, w * sw, dtype=x.dtype)
     for i in range(h * sh):
         for j in range(w * sw):
-            window = xp[0, :, i // sh: i // sh + k, j // sw: j // sw + k]
+            window = xp[0, :, i // sh : i // sh + k, j // sw : j // sw + k]
             out[0, :, i, j] = (window * kernels[i, j]).sum(dim=(1, 2))
     return out
 
 
 def test_carafe_equals_a_plain_loop_over_output_pixels():
-    block = create_upsampler("carafe", spatial_dims=2, in_channels=3, out_channels=3, scale=(2, 3), kernel_up=3,
-                             compressed_channels=4).double()
+    block = create_upsampler(
+        "carafe", spatial_dims=2, in_channels=3, out_channels=3, scale=(2, 3), kernel_up=3, compressed_channels=4
+    ).double()
     x = torch.randn(1, 3, 4, 5, dtype=torch.float64)
     logits = block.encoder(block.compress(x))  # (1, k*k * R, H, W), channel = kk * R + sub
     kernels = logits.reshape(1, 9, 6, 4, 5).softmax(dim=1)[0]  # (k*k, R, H, W)

@@ -118,9 +118,17 @@ def test_wrong_channel_count_is_a_shape_error(name):
 
 
 @pytest.mark.parametrize("name", list_upsamplers(kind="upsampler"))
-@pytest.mark.parametrize("scale, message", [(0, "scale must be an int >= 1"), (-2, "scale must be"),
-                                            (1.5, "scale must be"), ((2, 2, 2, 2), "one value per spatial axis"),
-                                            ((2, 0), "scale must be"), ("2", "scale must be")])
+@pytest.mark.parametrize(
+    "scale, message",
+    [
+        (0, "scale must be an int >= 1"),
+        (-2, "scale must be"),
+        (1.5, "scale must be"),
+        ((2, 2, 2, 2), "one value per spatial axis"),
+        ((2, 0), "scale must be"),
+        ("2", "scale must be"),
+    ],
+)
 def test_bad_scale_is_a_config_error(name, scale, message):
     dims = upsampler_info(name).spatial_dims[0]
     with pytest.raises(ConfigError, match=message):
@@ -147,8 +155,22 @@ def test_unsupported_spatial_dims_and_channels():
 
 
 def test_public_api_is_curated():
-    for name in ["create_upsampler", "list_upsamplers", "register_upsampler", "masked_gaussian_blur",
-                 "MaskedGaussianBlur", "UpzooError", "ConfigError", "RegistryError", "ShapeError", "DataError"]:
+    for name in [
+        "create_upsampler",
+        "list_upsamplers",
+        "register_upsampler",
+        "masked_gaussian_blur",
+        "MaskedGaussianBlur",
+        "UpzooError",
+        "ConfigError",
+        "RegistryError",
+        "ShapeError",
+        "DataError",
+    ]:
         assert name in upzoo.__all__ and hasattr(upzoo, name)
-    assert math.prod(create_upsampler("pixel_shuffle", spatial_dims=3, in_channels=2, out_channels=2,
-                                      scale=(1, 2, 3)).scale) == 6
+    assert (
+        math.prod(
+            create_upsampler("pixel_shuffle", spatial_dims=3, in_channels=2, out_channels=2, scale=(1, 2, 3)).scale
+        )
+        == 6
+    )

@@ -68,8 +68,11 @@ def test_unknown_pattern_is_a_one_line_error():
 def test_shapes_block_and_solve():
     code, out, _ = run("shapes", "block", "transposed", "--scale", "1,2,2", "--input", "1x32x16x33x47")
     assert code == 0 and out.strip() == "transposed: 1x32x16x33x47 -> 1x32x16x66x94 (scale 1x2x2)"
-    data = json.loads(run("shapes", "block", "pixel_shuffle", "--scale", "2,3", "--input", "2x4x5x7",
-                          "--out-channels", "8", "--json")[1])
+    data = json.loads(
+        run(
+            "shapes", "block", "pixel_shuffle", "--scale", "2,3", "--input", "2x4x5x7", "--out-channels", "8", "--json"
+        )[1]
+    )
     assert data["output"] == [2, 8, 10, 21]
     solutions = json.loads(run("shapes", "solve", "--in", "33", "--out", "66", "--stride", "2", "--json")[1])
     assert solutions[0] == {"kernel_size": 2, "padding": 0, "output_padding": 0, "dilation": 1, "uneven_overlap": False}
@@ -88,13 +91,16 @@ def test_shapes_model_and_check(recipe):
     assert result["valid_sizes"][:3] == [256, 288, 320] and len(result["valid_sizes"]) == 57
 
 
-@pytest.mark.parametrize("args, message", [
-    (("shapes", "block", "transposed", "--input", "1x3xAx4"), "--input must look like 1x3x512x1024"),
-    (("shapes", "block", "transposd", "--input", "1x3x4x4"), "did you mean 'transposed'"),
-    (("shapes", "block", "transposed", "--input", "1x3x4x4", "--scale", "1.5"), "--scale must be an int"),
-    (("shapes", "solve", "--in", "33", "--stride", "2"), "give exactly one of out_size and scale"),
-    (("shapes", "solve", "--in", "4", "--out", "1000", "--stride", "2"), "no transposed conv with stride 2"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("shapes", "block", "transposed", "--input", "1x3xAx4"), "--input must look like 1x3x512x1024"),
+        (("shapes", "block", "transposd", "--input", "1x3x4x4"), "did you mean 'transposed'"),
+        (("shapes", "block", "transposed", "--input", "1x3x4x4", "--scale", "1.5"), "--scale must be an int"),
+        (("shapes", "solve", "--in", "33", "--stride", "2"), "give exactly one of out_size and scale"),
+        (("shapes", "solve", "--in", "4", "--out", "1000", "--stride", "2"), "no transposed conv with stride 2"),
+    ],
+)
 def test_bad_input_gives_one_line_errors(args, message):
     code, out, err = run(*args)
     assert code == 1 and message in err and err.count("\n") == 1, err
@@ -112,7 +118,8 @@ def test_shapes_errors_for_recipes(recipe, tmp_path):
 
 
 def test_the_console_script_runs_as_a_module():
-    result = subprocess.run([sys.executable, "-m", "upzoo", "shapes", "block", "nope", "--input", "1x1x4x4"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "upzoo", "shapes", "block", "nope", "--input", "1x1x4x4"], capture_output=True, text=True
+    )
     assert result.returncode == 1 and result.stderr.startswith("error: unknown upsampler 'nope'")
     assert "Traceback" not in result.stderr

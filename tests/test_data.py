@@ -20,8 +20,8 @@ from upzoo.data.io import write_png
 from upzoo.data.synthetic import ensure_synthetic_cityscapes, ensure_synthetic_volumes
 from upzoo.data.transforms import segmentation_2d, volume_3d
 from upzoo.data.volumes import VolumeDataset, normalize_intensity, read_volume, sample_patch, write_nifti
-from upzoo.inference import sliding_window_inference
 from upzoo.errors import DataError
+from upzoo.inference import sliding_window_inference
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,8 +43,9 @@ def test_train_ids_match_cityscapesscripts_for_every_id():
     assert to_train_ids(ids).tolist() == expected
     assert to_train_ids(torch.tensor(ids)).tolist() == expected
     assert list(CLASS_NAMES) == [next(l.name for l in id2label.values() if l.trainId == t) for t in range(19)]
-    assert [tuple(c) for c in PALETTE[:19]] == [next(l.color for l in id2label.values() if l.trainId == t)
-                                                for t in range(19)]
+    assert [tuple(c) for c in PALETTE[:19]] == [
+        next(l.color for l in id2label.values() if l.trainId == t) for t in range(19)
+    ]
 
 
 def test_ids_outside_the_table_are_data_errors():
@@ -167,8 +168,14 @@ def test_2d_train_pipeline_keeps_image_and_mask_aligned():
 
 
 def test_3d_pipeline_flips_volume_and_mask3d_together(volumes):
-    ds = VolumeDataset(volumes, "train", patch_size=(8, 16, 16), normalize="none", foreground_ratio=1.0,
-                       transform=volume_3d(train=True))
+    ds = VolumeDataset(
+        volumes,
+        "train",
+        patch_size=(8, 16, 16),
+        normalize="none",
+        foreground_ratio=1.0,
+        transform=volume_3d(train=True),
+    )
     raw = VolumeDataset(volumes, "train", patch_size=(8, 16, 16), normalize="none", foreground_ratio=1.0)
     sample = ds[0]
     assert sample["image"].shape == (1, 8, 16, 16) and sample["mask"].shape == (8, 16, 16)
@@ -185,7 +192,9 @@ def test_nifti_roundtrip_keeps_axes_and_spacing(tmp_path):
     array, spacing = read_volume(tmp_path / "v.nii.gz")
     assert np.array_equal(array, volume) and spacing == (5.0, 0.8, 0.7)
     header = nib.load(str(tmp_path / "v.nii.gz"))
-    assert header.shape == (9, 7, 5) and tuple(float(z) for z in header.header.get_zooms()) == pytest.approx((0.7, 0.8, 5.0))
+    assert header.shape == (9, 7, 5) and tuple(float(z) for z in header.header.get_zooms()) == pytest.approx(
+        (0.7, 0.8, 5.0)
+    )
 
 
 def test_real_mni152_template_and_brain_mask_load_through_the_dataset(tmp_path):

@@ -56,9 +56,14 @@ def test_optimizers_get_the_recipe_values():
     assert isinstance(adam, torch.optim.AdamW) and adam.defaults["betas"] == (0.5, 0.9) and adam.defaults["lr"] == 0.01
 
 
-@pytest.mark.parametrize("schedule, expected", [
-    ("poly", lambda p: (1 - p) ** 0.9), ("cosine", lambda p: 0.5 * (1 + math.cos(math.pi * p))), ("constant", lambda p: 1.0),
-])
+@pytest.mark.parametrize(
+    "schedule, expected",
+    [
+        ("poly", lambda p: (1 - p) ** 0.9),
+        ("cosine", lambda p: 0.5 * (1 + math.cos(math.pi * p))),
+        ("constant", lambda p: 1.0),
+    ],
+)
 def test_schedules_warm_up_linearly_then_follow_their_formula(schedule, expected):
     param = torch.nn.Parameter(torch.zeros(1))
     cfg = _train_config(optimizer="sgd", lr=1.0, momentum=0.0, weight_decay=0.0, schedule=schedule, warmup_steps=4)
@@ -104,14 +109,20 @@ def test_overrides_reach_nested_keys_and_empty_sections():
         apply_overrides(raw, ["lr=1"])
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"epochs": 0}, "train.epochs: input should be greater than or equal to 1, got 0"),
-    ({"momentum": 1.0}, "train.momentum: input should be less than 1, got 1.0"),
-    ({"betas": [0.9, float("inf")]}, r"train.betas\[1\]: input should be less than 1, got inf"),
-    ({"weight_decay": float("nan")}, "train.weight_decay"),
-    ({"schedule": "cosin"}, "train.schedule: expected one of 'poly', 'cosine', 'constant', got 'cosin'; did you mean"),
-    ({"loggers": ["csv", "wandb"]}, r"train.loggers\[1\]: expected one of 'csv', 'tensorboard', got 'wandb'"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"epochs": 0}, "train.epochs: input should be greater than or equal to 1, got 0"),
+        ({"momentum": 1.0}, "train.momentum: input should be less than 1, got 1.0"),
+        ({"betas": [0.9, float("inf")]}, r"train.betas\[1\]: input should be less than 1, got inf"),
+        ({"weight_decay": float("nan")}, "train.weight_decay"),
+        (
+            {"schedule": "cosin"},
+            "train.schedule: expected one of 'poly', 'cosine', 'constant', got 'cosin'; did you mean",
+        ),
+        ({"loggers": ["csv", "wandb"]}, r"train.loggers\[1\]: expected one of 'csv', 'tensorboard', got 'wandb'"),
+    ],
+)
 def test_section_errors_name_the_key_the_value_and_the_range(values, message):
     with pytest.raises(ConfigError, match=message):
         _train_config(**values)
@@ -123,13 +134,34 @@ def test_gradient_clipping_limits_the_update(tmp_path):
     from upzoo.train.engine import Trainer
     from upzoo.train.tasks import make_task
 
-    recipe = parse_recipe({
-        "model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 19, "channels": [4, 8]},
-        "data": {"synthetic_train": 4, "synthetic_val": 1, "synthetic_size": [32, 64], "crop_size": [32, 32],
-                 "batch_size": 2, "num_workers": 0, "cache_dir": str(tmp_path / "cache")},
-        "train": {"optimizer": "sgd", "lr": 1.0, "momentum": 0.0, "weight_decay": 0.0, "grad_clip": 0.5,
-                  "schedule": "constant"},
-    })
+    recipe = parse_recipe(
+        {
+            "model": {
+                "architecture": "unet",
+                "spatial_dims": 2,
+                "in_channels": 3,
+                "num_classes": 19,
+                "channels": [4, 8],
+            },
+            "data": {
+                "synthetic_train": 4,
+                "synthetic_val": 1,
+                "synthetic_size": [32, 64],
+                "crop_size": [32, 32],
+                "batch_size": 2,
+                "num_workers": 0,
+                "cache_dir": str(tmp_path / "cache"),
+            },
+            "train": {
+                "optimizer": "sgd",
+                "lr": 1.0,
+                "momentum": 0.0,
+                "weight_decay": 0.0,
+                "grad_clip": 0.5,
+                "schedule": "constant",
+            },
+        }
+    )
     trainer = Trainer(make_task(prepare(recipe)), tmp_path / "run", progress=False)
     model = trainer.task.modules["model"]
     before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])

@@ -94,7 +94,9 @@ def counting_kernel(monkeypatch) -> CountingKernel:
 @pytest.mark.parametrize("kernel_size, sigma", [(3, None), (5, None), (5, 1.3)])
 def test_2d_equals_the_per_pixel_loop(border, stride, threshold, kernel_size, sigma, implementation):
     x = torch.randn(2, 3, 9, 12, dtype=torch.float64)
-    out = masked_gaussian_blur(x, threshold=threshold, kernel_size=kernel_size, sigma=sigma, border=border, stride=stride)
+    out = masked_gaussian_blur(
+        x, threshold=threshold, kernel_size=kernel_size, sigma=sigma, border=border, stride=stride
+    )
     torch.testing.assert_close(out, loop_reference(x, threshold, kernel_size, border, stride, sigma))
     assert out.shape == x.shape
 
@@ -127,8 +129,9 @@ def test_float32_matches_the_loop_and_the_classic_kernel():
     torch.testing.assert_close(masked_gaussian_blur(y, threshold=0.5), loop_reference(y, 0.5, 3, "valid", 1))
 
 
-@pytest.mark.parametrize("border, kornia_border", [("reflect", "reflect"), ("replicate", "replicate"),
-                                                   ("zeros", "constant")])
+@pytest.mark.parametrize(
+    "border, kornia_border", [("reflect", "reflect"), ("replicate", "replicate"), ("zeros", "constant")]
+)
 def test_blur_everywhere_equals_kornia(border, kornia_border):
     x = torch.randn(2, 3, 10, 11, dtype=torch.float64)
     expected = kornia.filters.gaussian_blur2d(x, (5, 5), (1.1, 1.1), border_type=kornia_border)
@@ -138,7 +141,8 @@ def test_blur_everywhere_equals_kornia(border, kornia_border):
 
 @pytest.mark.parametrize("k, sigma", [(11, None), (13, None), (5, 1.3), (7, 0.8)])
 def test_taps_match_opencv(k, sigma):
-    # OpenCV derives sigma = 0.3 * ((k - 1) / 2 - 1) + 0.8 for sigma <= 0 (kernels above 9; smaller ones use fixed tables)
+    # OpenCV derives sigma = 0.3 * ((k - 1) / 2 - 1) + 0.8 for sigma <= 0
+    # (kernels above 9; smaller ones use fixed tables)
     expected = cv2.getGaussianKernel(k, 0 if sigma is None else sigma, ktype=cv2.CV_64F).ravel()
     np.testing.assert_allclose(gaussian_taps(k, sigma), expected, rtol=1e-9)
     assert gaussian_taps(3) == (0.25, 0.5, 0.25)
@@ -156,8 +160,9 @@ def test_stride_blurs_only_the_grid_and_keeps_the_shape():
 
 def test_mask_selects_pixels_like_the_threshold():
     x = torch.randn(2, 3, 8, 9)
-    torch.testing.assert_close(masked_gaussian_blur(x, mask=x >= 0.2, border="zeros"),
-                               masked_gaussian_blur(x, threshold=0.2, border="zeros"))
+    torch.testing.assert_close(
+        masked_gaussian_blur(x, mask=x >= 0.2, border="zeros"), masked_gaussian_blur(x, threshold=0.2, border="zeros")
+    )
     channel_mask = torch.tensor([True, False, True]).view(1, 3, 1, 1)
     out = masked_gaussian_blur(x, mask=channel_mask, border="zeros")
     torch.testing.assert_close(out[:, 1], x[:, 1])
@@ -168,8 +173,9 @@ def test_module_and_registry_agree_with_the_functional():
     x = torch.randn(2, 3, 7, 8)
     expected = masked_gaussian_blur(x, threshold=0.1, border="reflect", stride=2)
     module = MaskedGaussianBlur(threshold=0.1, border="reflect", stride=2)
-    registered = create_upsampler("masked_blur", spatial_dims=2, in_channels=3, out_channels=3, scale=1,
-                                  threshold=0.1, border="reflect", stride=2)
+    registered = create_upsampler(
+        "masked_blur", spatial_dims=2, in_channels=3, out_channels=3, scale=1, threshold=0.1, border="reflect", stride=2
+    )
     torch.testing.assert_close(module(x), expected)
     torch.testing.assert_close(registered(x), expected)
     assert registered.output_shape((2, 3, 7, 8)) == (2, 3, 7, 8)
@@ -183,8 +189,10 @@ def test_gradcheck_hard_and_soft(border, stride, implementation):
     assert gradcheck(lambda t: masked_gaussian_blur(t, threshold=0.2, border=border, stride=stride), (x,))
     assert gradcheck(lambda t: masked_gaussian_blur(t, threshold=0.2, border=border, stride=stride, soft=0.5), (x,))
     v = torch.randn(1, 1, 4, 5, 6, dtype=torch.float64, requires_grad=True)
-    assert gradcheck(lambda t: masked_gaussian_blur(t, threshold=0.0, kernel_size=(3, 5, 3), border=border,
-                                                    stride=stride, soft=0.3), (v,))
+    assert gradcheck(
+        lambda t: masked_gaussian_blur(t, threshold=0.0, kernel_size=(3, 5, 3), border=border, stride=stride, soft=0.3),
+        (v,),
+    )
 
 
 def test_gradcheck_float_mask_reaches_the_mask():
@@ -236,8 +244,9 @@ def test_the_fused_kernel_is_built_where_a_c_compiler_is():
 @pytest.mark.parametrize("shape, kernel_size", [((16, 3, 64, 64), 3), ((16, 3, 64, 64), 5), ((4, 2, 16, 32, 32), 3)])
 @pytest.mark.parametrize("border, stride", [("valid", 1), ("valid", 2), ("reflect", 1), ("zeros", 3)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_fused_kernel_equals_the_pytorch_formulation(shape, kernel_size, border, stride, dtype, counting_kernel,
-                                                     monkeypatch):
+def test_fused_kernel_equals_the_pytorch_formulation(
+    shape, kernel_size, border, stride, dtype, counting_kernel, monkeypatch
+):
     # large enough for the kernel to split the planes between threads
     x = torch.randn(*shape, dtype=dtype)
     grad = torch.randn(*shape, dtype=dtype)
@@ -255,8 +264,9 @@ def test_fused_kernel_equals_the_pytorch_formulation(shape, kernel_size, border,
     torch.testing.assert_close(results[0][1], results[1][1], **tolerance)
 
 
-@pytest.mark.parametrize("kernel_size, stride, border", [((5, 3, 3), (2, 1, 3), "valid"),
-                                                          ((3, 5, 1), (1, 2, 1), "replicate")])
+@pytest.mark.parametrize(
+    "kernel_size, stride, border", [((5, 3, 3), (2, 1, 3), "valid"), ((3, 5, 1), (1, 2, 1), "replicate")]
+)
 def test_fused_kernel_anisotropic_3d(kernel_size, stride, border, counting_kernel, monkeypatch):
     x = torch.randn(2, 2, 9, 10, 11, dtype=torch.float64, requires_grad=True)
     options = dict(threshold=0.1, kernel_size=kernel_size, stride=stride, border=border)
@@ -353,20 +363,31 @@ def test_one_autograd_node_and_nothing_saved_but_the_input(size, border):
 
 
 # -- errors ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, error, message", [
-    (dict(kernel_size=4), ConfigError, "kernel_size must be odd"),
-    (dict(border="mirror"), ConfigError, "border must be one of valid, zeros, reflect, replicate, got 'mirror'"),
-    (dict(stride=0), ConfigError, "stride must be an int >= 1"),
-    (dict(soft=0.0), ConfigError, "soft must be None or a positive finite temperature"),
-    (dict(soft=float("inf")), ConfigError, "soft must be None or a positive finite temperature"),
-    (dict(sigma=-1.0), ConfigError, "sigma must be None, a positive finite number"),
-    (dict(sigma=float("nan")), ConfigError, "sigma must be None, a positive finite number or 2 of them, got nan"),
-    (dict(threshold="abc"), ConfigError, r"threshold must be a number \(inf and -inf allowed, not NaN\), got 'abc'"),
-    (dict(threshold=float("nan")), ConfigError, "threshold must be a number"),
-    (dict(mask=torch.ones(1, 1, 3, 3, dtype=torch.bool)), ShapeError, r"mask of shape \(1, 1, 3, 3\) does not broadcast"),
-    (dict(mask=torch.ones(1, 1, 8, 8, dtype=torch.int64)), ConfigError, "mask must be bool"),
-    (dict(mask=torch.ones(1, 1, 8, 8), soft=0.1), ConfigError, "soft applies to the threshold"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(kernel_size=4), ConfigError, "kernel_size must be odd"),
+        (dict(border="mirror"), ConfigError, "border must be one of valid, zeros, reflect, replicate, got 'mirror'"),
+        (dict(stride=0), ConfigError, "stride must be an int >= 1"),
+        (dict(soft=0.0), ConfigError, "soft must be None or a positive finite temperature"),
+        (dict(soft=float("inf")), ConfigError, "soft must be None or a positive finite temperature"),
+        (dict(sigma=-1.0), ConfigError, "sigma must be None, a positive finite number"),
+        (dict(sigma=float("nan")), ConfigError, "sigma must be None, a positive finite number or 2 of them, got nan"),
+        (
+            dict(threshold="abc"),
+            ConfigError,
+            r"threshold must be a number \(inf and -inf allowed, not NaN\), got 'abc'",
+        ),
+        (dict(threshold=float("nan")), ConfigError, "threshold must be a number"),
+        (
+            dict(mask=torch.ones(1, 1, 3, 3, dtype=torch.bool)),
+            ShapeError,
+            r"mask of shape \(1, 1, 3, 3\) does not broadcast",
+        ),
+        (dict(mask=torch.ones(1, 1, 8, 8, dtype=torch.int64)), ConfigError, "mask must be bool"),
+        (dict(mask=torch.ones(1, 1, 8, 8), soft=0.1), ConfigError, "soft applies to the threshold"),
+    ],
+)
 def test_bad_arguments_raise_clear_errors(kwargs, error, message):
     with pytest.raises(error, match=message):
         masked_gaussian_blur(torch.randn(2, 3, 8, 8), **kwargs)

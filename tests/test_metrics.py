@@ -55,12 +55,15 @@ def test_accumulator_equals_one_shot_and_survives_a_reduce_without_ddp():
     assert result["per_class_dice"] == pytest.approx(dice.tolist())
 
 
-@pytest.mark.parametrize("pred, target, message", [
-    (torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, 2, dtype=torch.long), "differ in shape"),
-    (torch.zeros(4), torch.zeros(4, dtype=torch.long), "integer class indices"),
-    (torch.tensor([0, 5]), torch.tensor([0, 1]), r"prediction labels must be in 0..4, got values in 0..5"),
-    (torch.tensor([0, 1]), torch.tensor([0, 7]), r"target labels must be in 0..4 or 255, got values in 0..7"),
-])
+@pytest.mark.parametrize(
+    "pred, target, message",
+    [
+        (torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, 2, dtype=torch.long), "differ in shape"),
+        (torch.zeros(4), torch.zeros(4, dtype=torch.long), "integer class indices"),
+        (torch.tensor([0, 5]), torch.tensor([0, 1]), r"prediction labels must be in 0..4, got values in 0..5"),
+        (torch.tensor([0, 1]), torch.tensor([0, 7]), r"target labels must be in 0..4 or 255, got values in 0..7"),
+    ],
+)
 def test_bad_inputs_raise(pred, target, message):
     with pytest.raises(ShapeError, match=message):
         confusion_matrix(pred, target, 5)

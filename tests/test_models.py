@@ -49,8 +49,9 @@ def test_unet_3d_anisotropic_output_matches_awkward_volume(upsampler):
 def test_unet_at_the_sizes_of_the_issue():
     net2 = UNet(spatial_dims=2, in_channels=3, num_classes=4, channels=(4, 8, 8, 8, 8), norm="none")
     assert net2(torch.randn(1, 3, 350, 525)).shape == (1, 4, 350, 525)
-    net3 = UNet(spatial_dims=3, in_channels=1, num_classes=2, channels=(2, 4, 4), norm="none",
-                strides=[(1, 2, 2), (2, 2, 2)])
+    net3 = UNet(
+        spatial_dims=3, in_channels=1, num_classes=2, channels=(2, 4, 4), norm="none", strides=[(1, 2, 2), (2, 2, 2)]
+    )
     assert net3(torch.randn(1, 1, 37, 131, 97)).shape == (1, 2, 37, 131, 97)
 
 
@@ -62,9 +63,16 @@ def test_strict_policy_names_the_nearest_valid_sizes():
 
 
 def test_mixed_upsamplers_per_stage_and_post_filter():
-    net = UNet(spatial_dims=2, in_channels=3, num_classes=2, upsampler=["pixel_shuffle", "dysample"],
-               upsampler_options=[{"icnr": False}, None], post_filter="masked_blur",
-               post_filter_options={"threshold": 0.0}, **SMALL)
+    net = UNet(
+        spatial_dims=2,
+        in_channels=3,
+        num_classes=2,
+        upsampler=["pixel_shuffle", "dysample"],
+        upsampler_options=[{"icnr": False}, None],
+        post_filter="masked_blur",
+        post_filter_options={"threshold": 0.0},
+        **SMALL,
+    )
     assert [type(s.upsample).__name__ for s in net.decoder] == ["PixelShuffleUpsampler", "DySampleUpsampler"]
     assert net.decoder[0].upsample.icnr is False
     assert net(torch.randn(1, 3, 20, 20)).shape == (1, 2, 20, 20)
@@ -195,8 +203,9 @@ def test_generator_with_every_upsampler(upsampler, resolution):
 
 
 def test_classic_dcgan_and_discriminator_at_128_with_masked_blur():
-    g = DCGANGenerator.classic(32, 3, 128, base_channels=8, post_filter="masked_blur",
-                               post_filter_options={"threshold": 0.5})
+    g = DCGANGenerator.classic(
+        32, 3, 128, base_channels=8, post_filter="masked_blur", post_filter_options={"threshold": 0.5}
+    )
     assert g.stages[0][0].kernel_size == (4, 4) and g.stages[0][0].padding == (1, 1)
     d = DCGANDiscriminator(3, 128, base_channels=8)
     x = g(torch.randn(2, 32, 1, 1))
@@ -211,23 +220,35 @@ def test_classic_dcgan_and_discriminator_at_128_with_masked_blur():
 
 
 # -- planning and the factory ------------------------------------------------------------------------
-@pytest.mark.parametrize("spacing, patch, expected", [
-    ((5.0, 0.8, 0.8), (32, 128, 128), [(1, 2, 2), (1, 2, 2), (2, 2, 2), (2, 2, 2)]),
-    ((1.0, 1.0, 1.0), (64, 64, 64), [(2, 2, 2)] * 3),
-    ((2.0, 2.0, 2.0), (91, 109, 91), [(2, 2, 2)] * 3),  # MNI152 at 2 mm
-    ((3.0, 0.7, 0.7), (16, 160, 160), [(1, 2, 2), (1, 2, 2), (2, 2, 2), (1, 2, 2)]),
-    ((1.0, 1.0), (512, 1024), [(2, 2)] * 5),
-])
+@pytest.mark.parametrize(
+    "spacing, patch, expected",
+    [
+        ((5.0, 0.8, 0.8), (32, 128, 128), [(1, 2, 2), (1, 2, 2), (2, 2, 2), (2, 2, 2)]),
+        ((1.0, 1.0, 1.0), (64, 64, 64), [(2, 2, 2)] * 3),
+        ((2.0, 2.0, 2.0), (91, 109, 91), [(2, 2, 2)] * 3),  # MNI152 at 2 mm
+        ((3.0, 0.7, 0.7), (16, 160, 160), [(1, 2, 2), (1, 2, 2), (2, 2, 2), (1, 2, 2)]),
+        ((1.0, 1.0), (512, 1024), [(2, 2)] * 5),
+    ],
+)
 def test_plan_strides_on_known_spacings(spacing, patch, expected):
     assert plan_strides(spacing, patch) == expected
 
 
 def test_build_model_validates_the_spec():
-    net = build_model({"architecture": "unet", "spatial_dims": 3, "in_channels": 1, "num_classes": 2,
-                       "channels": [4, 8], "strides": [[1, 2, 2]]})
+    net = build_model(
+        {
+            "architecture": "unet",
+            "spatial_dims": 3,
+            "in_channels": 1,
+            "num_classes": 2,
+            "channels": [4, 8],
+            "strides": [[1, 2, 2]],
+        }
+    )
     assert net.size_multiple == (1, 2, 2)
-    assert isinstance(build_model({"architecture": "dcgan", "latent_dim": 8, "out_channels": 3, "resolution": 32}),
-                      DCGANGenerator)
+    assert isinstance(
+        build_model({"architecture": "dcgan", "latent_dim": 8, "out_channels": 3, "resolution": 32}), DCGANGenerator
+    )
     with pytest.raises(ConfigError, match=r"model.upsamplr: unknown key.*did you mean 'upsampler'\?"):
         build_model({"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2, "upsamplr": "x"})
     with pytest.raises(ConfigError, match="model.num_classes: expected int, got '4' \\(str\\)"):

@@ -28,12 +28,16 @@ def test_built_ins_are_listed_with_wildcards_and_kinds():
 
 
 def test_unknown_name_lists_the_options_and_the_closest_match():
-    with pytest.raises(RegistryError, match=r"unknown upsampler 'pixelshuffle'; registered: carafe, .*did you mean 'pixel_shuffle'\?"):
+    with pytest.raises(
+        RegistryError, match=r"unknown upsampler 'pixelshuffle'; registered: carafe, .*did you mean 'pixel_shuffle'\?"
+    ):
         create_upsampler("pixelshuffle", spatial_dims=2, in_channels=2, out_channels=2, scale=2)
 
 
 def test_unknown_option_suggests_the_closest_option():
-    with pytest.raises(RegistryError, match=r"has no option 'kernel'; its options are: kernel_size, .*did you mean 'kernel_size'\?"):
+    with pytest.raises(
+        RegistryError, match=r"has no option 'kernel'; its options are: kernel_size, .*did you mean 'kernel_size'\?"
+    ):
         create_upsampler("transposed", spatial_dims=2, in_channels=2, out_channels=2, scale=2, kernel=3)
 
 
@@ -45,6 +49,7 @@ def test_duplicate_names_fail_naming_both_origins_unless_overridden():
         """First."""
 
     with pytest.raises(RegistryError, match=r"'nearest' is registered twice: by .*First and by .*Second"):
+
         @registry.register("nearest")
         class Second(Upsampler):
             """Second."""
@@ -123,7 +128,9 @@ def test_plugin_from_an_installed_distribution_is_created_by_name(plugin_dir):
         """,
         {"tiny_plugin_ok": TINY},
     )
-    with pytest.warns(PluginWarning, match=r"skipped the upsampler plugin 'tiny_broken' from package 'upzoo-tiny-plugin'"):
+    with pytest.warns(
+        PluginWarning, match=r"skipped the upsampler plugin 'tiny_broken' from package 'upzoo-tiny-plugin'"
+    ):
         UPSAMPLERS.reload_plugins()
     assert "tiny_repeat" in list_upsamplers()
     info = upsampler_info("tiny_repeat")
@@ -137,7 +144,11 @@ def test_plugin_from_an_installed_distribution_is_created_by_name(plugin_dir):
 
 def test_plugin_that_reuses_a_built_in_name_is_an_error_naming_both(plugin_dir):
     plugin_dir("[upzoo.upsamplers]\ntransposed = tiny_plugin_dup:TinyRepeat\n", {"tiny_plugin_dup": TINY})
-    with pytest.raises(RegistryError, match=r"'transposed' is registered twice: by upzoo.upsamplers.transposed:TransposedConvUpsampler and by plugin package 'upzoo-tiny-plugin'"):
+    with pytest.raises(
+        RegistryError,
+        match=r"'transposed' is registered twice: by upzoo.upsamplers.transposed:TransposedConvUpsampler "
+        r"and by plugin package 'upzoo-tiny-plugin'",
+    ):
         UPSAMPLERS.reload_plugins()
     with pytest.raises(RegistryError, match="registered twice"):  # every lookup says so until it is fixed
         create_upsampler("carafe", spatial_dims=2, in_channels=1, out_channels=1, scale=2)

@@ -60,8 +60,15 @@ def test_conv_rule_equals_pytorch(dims, data):
 @given(dims=st.integers(1, 3), data=st.data())
 def test_conv_transpose_rule_equals_pytorch(dims, data):
     stride, dilation = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 3))
-    layer = CONV_T[dims](1, 1, data.draw(st.integers(1, 5)), stride=stride, padding=data.draw(st.integers(0, 3)),
-                         output_padding=data.draw(st.integers(0, max(stride, dilation) - 1)), dilation=dilation)
+    layer = CONV_T[dims](
+        1,
+        1,
+        data.draw(st.integers(1, 5)),
+        stride=stride,
+        padding=data.draw(st.integers(0, 3)),
+        output_padding=data.draw(st.integers(0, max(stride, dilation) - 1)),
+        dilation=dilation,
+    )
     shape = (1, 1, *data.draw(st.lists(st.integers(1, 9), min_size=dims, max_size=dims)))
     assert _rule_shape(layer, shape) == _real_shape(layer, shape)
 
@@ -81,22 +88,26 @@ def test_pool_rules_equal_pytorch_including_ceil_mode(dims, data):
     assert _rule_shape(layer, shape) == _real_shape(layer, shape)
 
 
-@pytest.mark.parametrize("layer, shape", [
-    (nn.Upsample(scale_factor=1.5), (1, 1, 7, 9)),
-    (nn.Upsample(size=(5, 11)), (1, 1, 7, 9)),
-    (nn.Upsample(scale_factor=(2, 1, 3), mode="trilinear"), (1, 2, 3, 4, 5)),
-    (nn.PixelShuffle(3), (2, 18, 4, 5)),
-    (nn.PixelUnshuffle(2), (2, 3, 8, 6)),
-    (nn.AdaptiveAvgPool2d((3, None)), (1, 2, 9, 7)),
-    (nn.Conv2d(2, 3, 3, padding="same", dilation=2), (1, 2, 9, 8)),
-])
+@pytest.mark.parametrize(
+    "layer, shape",
+    [
+        (nn.Upsample(scale_factor=1.5), (1, 1, 7, 9)),
+        (nn.Upsample(size=(5, 11)), (1, 1, 7, 9)),
+        (nn.Upsample(scale_factor=(2, 1, 3), mode="trilinear"), (1, 2, 3, 4, 5)),
+        (nn.PixelShuffle(3), (2, 18, 4, 5)),
+        (nn.PixelUnshuffle(2), (2, 3, 8, 6)),
+        (nn.AdaptiveAvgPool2d((3, None)), (1, 2, 9, 7)),
+        (nn.Conv2d(2, 3, 3, padding="same", dilation=2), (1, 2, 9, 8)),
+    ],
+)
 def test_resize_and_shuffle_rules_equal_pytorch(layer, shape):
     assert layer_output_shape(layer, shape) == _real_shape(layer, shape)
 
 
 def test_trace_lists_layers_on_the_meta_device_without_touching_weights():
-    net = UNet(spatial_dims=3, in_channels=1, num_classes=2, channels=(4, 8), strides=[(1, 2, 2)],
-               upsampler="pixel_shuffle")
+    net = UNet(
+        spatial_dims=3, in_channels=1, num_classes=2, channels=(4, 8), strides=[(1, 2, 2)], upsampler="pixel_shuffle"
+    )
     before = {k: v.clone() for k, v in net.state_dict().items()}
     rows = trace(net, (2, 1, 5, 12, 10))
     assert rows[-1].name == "head" and rows[-1].output_shape == (2, 2, 5, 12, 10)
@@ -125,13 +136,15 @@ def _runs_natively(net: nn.Module, size: tuple[int, ...], channels: int | None =
     return tuple(out.shape[2:]) == size
 
 
-UPSAMPLING = st.sampled_from([
-    ("transposed", {}),
-    ("interp_conv", {}),
-    ("pixel_shuffle", {}),
-    ("transposed", {"kernel_size": 3, "padding": 1, "output_padding": 1}),
-    ("transposed", {"kernel_size": 3, "padding": 1}),  # 2n - 1: never matches the skip
-])
+UPSAMPLING = st.sampled_from(
+    [
+        ("transposed", {}),
+        ("interp_conv", {}),
+        ("pixel_shuffle", {}),
+        ("transposed", {"kernel_size": 3, "padding": 1, "output_padding": 1}),
+        ("transposed", {"kernel_size": 3, "padding": 1}),  # 2n - 1: never matches the skip
+    ]
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -141,8 +154,18 @@ def test_solver_verdicts_match_real_forward_passes_2d(strides, up):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CheckerboardWarning)
         try:
-            net = _native(UNet(spatial_dims=2, in_channels=1, num_classes=1, channels=[2] * (len(strides) + 1),
-                               strides=strides, upsampler=name, upsampler_options=options, norm="none"))
+            net = _native(
+                UNet(
+                    spatial_dims=2,
+                    in_channels=1,
+                    num_classes=1,
+                    channels=[2] * (len(strides) + 1),
+                    strides=strides,
+                    upsampler=name,
+                    upsampler_options=options,
+                    norm="none",
+                )
+            )
         except ConfigError:  # output_padding=1 at stride 1 is not a transposed conv PyTorch builds
             assume(False)
     solver = ShapeSolver(net)
@@ -156,14 +179,38 @@ def test_model_solver_and_input_policies_agree_on_one_rule():
     options = {"kernel_size": 3, "padding": 1}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CheckerboardWarning)
-        net = UNet(spatial_dims=2, in_channels=1, num_classes=1, channels=(2, 2, 2), norm="none",
-                   upsampler="transposed", upsampler_options=options).eval()
-        strict = UNet(spatial_dims=2, in_channels=1, num_classes=1, channels=(2, 2, 2), norm="none",
-                      upsampler="transposed", upsampler_options=options, input_policy="strict").eval()
-        with pytest.raises(ConfigError, match=r"runs at no size in 1\.\.96 on axis 0: at input size 16 decoder "
-                                              r"stage 0 \(TransposedConvUpsampler\) makes 9 where its skip has 8"):
-            UNet(spatial_dims=2, in_channels=1, num_classes=1, channels=(2, 2, 2), upsampler="transposed",
-                 upsampler_options={"kernel_size": 3})
+        net = UNet(
+            spatial_dims=2,
+            in_channels=1,
+            num_classes=1,
+            channels=(2, 2, 2),
+            norm="none",
+            upsampler="transposed",
+            upsampler_options=options,
+        ).eval()
+        strict = UNet(
+            spatial_dims=2,
+            in_channels=1,
+            num_classes=1,
+            channels=(2, 2, 2),
+            norm="none",
+            upsampler="transposed",
+            upsampler_options=options,
+            input_policy="strict",
+        ).eval()
+        with pytest.raises(
+            ConfigError,
+            match=r"runs at no size in 1\.\.96 on axis 0: at input size 16 decoder "
+            r"stage 0 \(TransposedConvUpsampler\) makes 9 where its skip has 8",
+        ):
+            UNet(
+                spatial_dims=2,
+                in_channels=1,
+                num_classes=1,
+                channels=(2, 2, 2),
+                upsampler="transposed",
+                upsampler_options={"kernel_size": 3},
+            )
     solver = ShapeSolver(net)
     assert solver.rule(0).describe() == "1 + k*4 (k >= 0)" and net.size_rules[0] == solver.rule(0)
     native = _native(copy.deepcopy(net))
@@ -177,8 +224,16 @@ def test_model_solver_and_input_policies_agree_on_one_rule():
 
 
 def test_anisotropic_3d_rules_and_real_runs():
-    net = _native(UNet(spatial_dims=3, in_channels=1, num_classes=1, channels=(2, 2, 2),
-                       strides=[(1, 2, 2), (2, 1, 2)], norm="none"))
+    net = _native(
+        UNet(
+            spatial_dims=3,
+            in_channels=1,
+            num_classes=1,
+            channels=(2, 2, 2),
+            strides=[(1, 2, 2), (2, 1, 2)],
+            norm="none",
+        )
+    )
     solver = ShapeSolver(net)
     assert [solver.rule(a).describe() for a in range(3)] == ["multiples of 2", "multiples of 2", "multiples of 4"]
     for size in [(3, 6, 8), (4, 6, 8), (4, 5, 8), (6, 10, 12), (2, 2, 6)]:
@@ -220,8 +275,14 @@ def test_check_validates_its_input():
 @given(n=st.integers(1, 40), stride=st.integers(1, 4), scale=st.integers(1, 4))
 def test_transposed_solutions_are_exact_and_flag_uneven_overlap(n, stride, scale):
     for s in solve_transposed(n, scale=scale, stride=stride, max_kernel=6):
-        out = conv_transpose_output_size(n, kernel_size=s.kernel_size, stride=stride, padding=s.padding,
-                                         output_padding=s.output_padding, dilation=s.dilation)
+        out = conv_transpose_output_size(
+            n,
+            kernel_size=s.kernel_size,
+            stride=stride,
+            padding=s.padding,
+            output_padding=s.output_padding,
+            dilation=s.dilation,
+        )
         assert out == n * scale
         if s.dilation == 1:
             assert s.uneven_overlap == (s.kernel_size % stride != 0)
@@ -236,9 +297,12 @@ def test_transposed_solver_finds_exactly_what_brute_force_finds(n, target, strid
 
     expected = {
         (k, p, op, d, len(set(overlap_counts(k, stride, d))) > 1)
-        for d in range(1, dilation + 1) for k in range(1, 9) for op in range(max(stride, d))
+        for d in range(1, dilation + 1)
+        for k in range(1, 9)
+        for op in range(max(stride, d))
         for p in range(d * (k - 1) + 1)
-        if conv_transpose_output_size(n, kernel_size=k, stride=stride, padding=p, output_padding=op, dilation=d) == target
+        if conv_transpose_output_size(n, kernel_size=k, stride=stride, padding=p, output_padding=op, dilation=d)
+        == target
     }
     found = solve_transposed(n, target, stride=stride, max_kernel=8, max_dilation=dilation)
     assert {(s.kernel_size, s.padding, s.output_padding, s.dilation, s.uneven_overlap) for s in found} == expected

@@ -17,9 +17,9 @@ import torch
 import yaml
 
 from upzoo.errors import ConfigError, DataError, TrainingError
+from upzoo.recipe import load_recipe, parse_recipe
 from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
 from upzoo.train.engine import train
-from upzoo.recipe import load_recipe, parse_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
@@ -33,10 +33,24 @@ def cache(tmp_path_factory):
 def tiny(cache: str, **train) -> dict:
     """A small 2D recipe that trains in about a second."""
     return {
-        "model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 19,
-                  "channels": [8, 16, 32], "upsampler": "pixel_shuffle"},
-        "data": {"kind": "cityscapes", "synthetic_train": 8, "synthetic_val": 2, "synthetic_size": [64, 128],
-                 "crop_size": [64, 64], "batch_size": 2, "num_workers": 0, "cache_dir": cache},
+        "model": {
+            "architecture": "unet",
+            "spatial_dims": 2,
+            "in_channels": 3,
+            "num_classes": 19,
+            "channels": [8, 16, 32],
+            "upsampler": "pixel_shuffle",
+        },
+        "data": {
+            "kind": "cityscapes",
+            "synthetic_train": 8,
+            "synthetic_val": 2,
+            "synthetic_size": [64, 128],
+            "crop_size": [64, 64],
+            "batch_size": 2,
+            "num_workers": 0,
+            "cache_dir": cache,
+        },
         "train": {"max_steps": 6, "lr": 0.01, "log_every": 1, **train},
     }
 
@@ -47,20 +61,48 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 
 def shrink(path: Path, cache: str) -> list[str]:
-    return ["--set", "train.max_steps=2", "--set", "data.num_workers=0", "--set", "data.synthetic_train=4",
-            "--set", "data.synthetic_val=1", "--set", "data.batch_size=2", "--set", f"data.cache_dir={cache}"] + (
+    return [
+        "--set",
+        "train.max_steps=2",
+        "--set",
+        "data.num_workers=0",
+        "--set",
+        "data.synthetic_train=4",
+        "--set",
+        "data.synthetic_val=1",
+        "--set",
+        "data.batch_size=2",
+        "--set",
+        f"data.cache_dir={cache}",
+    ] + (
         ["--set", "data.synthetic_size=[64,128]", "--set", "data.resize=null", "--set", "data.crop_size=[64,64]"]
-        if "volume" not in path.name and "dcgan" not in path.name else
-        ["--set", "data.synthetic_size=[64,128]"] if "dcgan" in path.name else
-        ["--set", "data.synthetic_size=[12,48,48]", "--set", "data.crop_size=[8,32,32]"])
+        if "volume" not in path.name and "dcgan" not in path.name
+        else ["--set", "data.synthetic_size=[64,128]"]
+        if "dcgan" in path.name
+        else ["--set", "data.synthetic_size=[12,48,48]", "--set", "data.crop_size=[8,32,32]"]
+    )
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     loaded = load_recipe(recipe)
     assert loaded.model.architecture in ("unet", "dcgan") and loaded.data.root is None
-    result = subprocess.run([sys.executable, "-m", "upzoo", "train", str(recipe), "--out", str(tmp_path / "run"),
-                             "--no-progress", "--json", *shrink(recipe, cache)], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "upzoo",
+            "train",
+            str(recipe),
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+            "--json",
+            *shrink(recipe, cache),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout)
     assert summary["steps"] == 2
@@ -115,7 +157,7 @@ def test_corrupt_or_truncated_checkpoints_are_refused(tmp_path):
     with pytest.raises(DataError, match="corrupt"):
         load_checkpoint(flipped)
     truncated = tmp_path / "truncated.pt"
-    truncated.write_bytes(path.read_bytes()[: 5000])
+    truncated.write_bytes(path.read_bytes()[:5000])
     with pytest.raises(DataError, match="truncated or corrupt and was not loaded"):
         load_checkpoint(truncated)
     torch.save({"w": torch.zeros(1)}, tmp_path / "foreign.pt")
@@ -130,16 +172,20 @@ def test_resume_from_a_corrupt_checkpoint_is_a_one_line_error(cache, tmp_path):
     train(recipe, tmp_path / "run", progress=False)
     last = tmp_path / "run" / "last.pt"
     last.write_bytes(last.read_bytes()[:-100])
-    result = subprocess.run([sys.executable, "-m", "upzoo", "train", "--resume", str(tmp_path / "run")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "upzoo", "train", "--resume", str(tmp_path / "run")], capture_output=True, text=True
+    )
     assert result.returncode == 1 and "truncated or corrupt and was not loaded" in result.stderr
     assert "Traceback" not in result.stderr and (tmp_path / "run" / "best.pt").is_file()
 
 
 def test_a_nan_loss_stops_the_run_naming_the_step_and_keeping_the_last_good_checkpoint(cache, tmp_path):
-    recipe = parse_recipe(tiny(cache, max_steps=50, optimizer="sgd", lr=1e12, momentum=0.0, checkpoint_every=1,
-                               val_every=1000))
-    with pytest.raises(TrainingError, match=r"(the training loss|parameter \S+) became (nan|inf) at step \d+; stopped, the last good"):
+    recipe = parse_recipe(
+        tiny(cache, max_steps=50, optimizer="sgd", lr=1e12, momentum=0.0, checkpoint_every=1, val_every=1000)
+    )
+    with pytest.raises(
+        TrainingError, match=r"(the training loss|parameter \S+) became (nan|inf) at step \d+; stopped, the last good"
+    ):
         train(recipe, tmp_path / "run", progress=False)
     state = load_checkpoint(tmp_path / "run" / "last.pt")
     assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
@@ -149,8 +195,12 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(cache, tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(tiny(cache, max_steps=400, val_every=1000)))
     run = tmp_path / "run"
-    child = subprocess.Popen([sys.executable, "-m", "upzoo", "train", str(path), "--out", str(run), "--no-progress"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "upzoo", "train", str(path), "--out", str(run), "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and (not (run / "metrics.csv").exists() or len(losses(run)) < 3):
         time.sleep(0.2)
@@ -160,25 +210,60 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(cache, tmp_path):
     assert "SIGINT received: stopping after this step" in err and "--resume" in err
     step = load_checkpoint(run / "last.pt")["step"]
     assert 3 <= step < 400
-    resumed = subprocess.run([sys.executable, "-m", "upzoo", "train", "--resume", str(run), "--no-progress", "--json",
-                              "--set", f"train.max_steps={step + 2}"], capture_output=True, text=True)
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "upzoo",
+            "train",
+            "--resume",
+            str(run),
+            "--no-progress",
+            "--json",
+            "--set",
+            f"train.max_steps={step + 2}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads(resumed.stdout)["steps"] == step + 2
     assert sorted(losses(run)) == list(range(1, step + 3))
-    refused = subprocess.run([sys.executable, "-m", "upzoo", "train", str(path), "--resume", str(run),
-                              "--set", "model.upsampler=dysample"], capture_output=True, text=True)
+    refused = subprocess.run(
+        [sys.executable, "-m", "upzoo", "train", str(path), "--resume", str(run), "--set", "model.upsampler=dysample"],
+        capture_output=True,
+        text=True,
+    )
     assert refused.returncode == 1 and "cannot change model.upsampler" in refused.stderr
 
 
-@pytest.mark.parametrize("content, message", [
-    ({"modle": {}}, r"modle: unknown section; sections: model, data, train, eval; did you mean 'model'\?"),
-    ({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2},
-      "train": {"learning_rate": 0.1}}, r"train.learning_rate: unknown key.*"),
-    ({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2},
-      "train": {"lr": "fast"}}, r"train.lr: expected a number, got 'fast' \(str\)"),
-    ({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2},
-      "data": {"kind": "cityscape"}}, r"data.kind: expected one of .*did you mean 'cityscapes'\?"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ({"modle": {}}, r"modle: unknown section; sections: model, data, train, eval; did you mean 'model'\?"),
+        (
+            {
+                "model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2},
+                "train": {"learning_rate": 0.1},
+            },
+            r"train.learning_rate: unknown key.*",
+        ),
+        (
+            {
+                "model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2},
+                "train": {"lr": "fast"},
+            },
+            r"train.lr: expected a number, got 'fast' \(str\)",
+        ),
+        (
+            {
+                "model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2},
+                "data": {"kind": "cityscape"},
+            },
+            r"data.kind: expected one of .*did you mean 'cityscapes'\?",
+        ),
+    ],
+)
 def test_bad_recipes_fail_with_their_path(tmp_path, content, message):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(content))
@@ -190,8 +275,9 @@ def test_bad_recipes_fail_with_their_path(tmp_path, content, message):
 
 def test_overrides_and_invalid_yaml(tmp_path):
     path = tmp_path / "r.yaml"
-    path.write_text(yaml.safe_dump({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3,
-                                              "num_classes": 2}}))
+    path.write_text(
+        yaml.safe_dump({"model": {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2}})
+    )
     recipe = load_recipe(path, ["model.upsampler=dysample", "train.lr=0.5", "data.crop_size=[32, 64]"])
     assert recipe.model.options["upsampler"] == "dysample" and recipe.train.lr == 0.5
     assert list(recipe.data.crop_size) == [32, 64]
@@ -207,22 +293,41 @@ def test_eval_of_a_checkpoint_matches_the_runs_own_validation(cache, tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe_dict))
     summary = train(parse_recipe(recipe_dict), tmp_path / "run", progress=False)
-    result = subprocess.run([sys.executable, "-m", "upzoo", "eval", str(path), "--checkpoint",
-                             str(tmp_path / "run" / "last.pt"), "--json"], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "upzoo", "eval", str(path), "--checkpoint", str(tmp_path / "run" / "last.pt"), "--json"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     evaluated = json.loads(result.stdout)
     assert evaluated["miou"] == pytest.approx(summary["val"]["miou"], abs=1e-9)
-    table = subprocess.run([sys.executable, "-m", "upzoo", "eval", str(path), "--checkpoint",
-                            str(tmp_path / "run" / "best.pt")], capture_output=True, text=True).stdout
+    table = subprocess.run(
+        [sys.executable, "-m", "upzoo", "eval", str(path), "--checkpoint", str(tmp_path / "run" / "best.pt")],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert "| road |" in table and "mIoU" in table
 
 
 def test_gan_training_resumes_exactly(cache, tmp_path):
-    recipe = load_recipe(ROOT / "recipes" / "dcgan_pixel_shuffle.yaml", [
-        "train.max_steps=4", "data.num_workers=0", "data.batch_size=4", "data.synthetic_train=8",
-        "data.synthetic_val=1", "data.synthetic_size=[64,128]", f"data.cache_dir={cache}", "model.base_channels=8",
-        "train.discriminator_base_channels=8", "train.sample_every=2", "train.log_every=1",
-        "train.schedule=poly", "train.grad_clip=5.0"])  # the engine gives GANs schedules and clipping too
+    recipe = load_recipe(
+        ROOT / "recipes" / "dcgan_pixel_shuffle.yaml",
+        [
+            "train.max_steps=4",
+            "data.num_workers=0",
+            "data.batch_size=4",
+            "data.synthetic_train=8",
+            "data.synthetic_val=1",
+            "data.synthetic_size=[64,128]",
+            f"data.cache_dir={cache}",
+            "model.base_channels=8",
+            "train.discriminator_base_channels=8",
+            "train.sample_every=2",
+            "train.log_every=1",
+            "train.schedule=poly",
+            "train.grad_clip=5.0",
+        ],
+    )  # the engine gives GANs schedules and clipping too
 
     def stop_at_two(step, loss, stop):
         if step == 2:
@@ -251,21 +356,52 @@ def test_ddp_on_two_cpu_processes_matches_a_single_process_evaluation(tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe_dict))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-m", "upzoo", "train", str(path), "--nproc", "2", "--out",
-                             str(tmp_path / "ddp"), "--no-progress"], capture_output=True, text=True, env=env,
-                            timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "upzoo",
+            "train",
+            str(path),
+            "--nproc",
+            "2",
+            "--out",
+            str(tmp_path / "ddp"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["ranks_in_sync"] is True and summary["steps"] == 4
-    evaluated = subprocess.run([sys.executable, "-m", "upzoo", "eval", str(path), "--checkpoint",
-                                str(tmp_path / "ddp" / "last.pt"), "--json"], capture_output=True, text=True)
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "upzoo", "eval", str(path), "--checkpoint", str(tmp_path / "ddp" / "last.pt"), "--json"],
+        capture_output=True,
+        text=True,
+    )
     assert json.loads(evaluated.stdout)["miou"] == pytest.approx(summary["val"]["miou"], abs=1e-9)
 
 
 @pytest.mark.slow
 def test_quickstart_reaches_a_miou_well_above_a_trivial_baseline(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "upzoo", "train", str(ROOT / "recipes" / "quickstart.yaml"),
-                             "--out", str(tmp_path / "qs"), "--no-progress", "--json"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "upzoo",
+            "train",
+            str(ROOT / "recipes" / "quickstart.yaml"),
+            "--out",
+            str(tmp_path / "qs"),
+            "--no-progress",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout)
     assert summary["val"]["miou"] > 0.35 and summary["val"]["pixel_accuracy"] > 0.85
@@ -282,14 +418,26 @@ def test_mixed_precision_channels_last_dice_and_every_schedule(cache, tmp_path):
     for amp in ("none", "bf16"):
         task = make_task(prepare(parse_recipe(tiny(cache, max_steps=1, amp=amp, channels_last=True))))
         task.modules["model"].head.register_forward_hook(
-            lambda m, a, out, amp=amp: dtypes.setdefault(amp, out.dtype) and None)  # None: keep the output
+            lambda m, a, out, amp=amp: dtypes.setdefault(amp, out.dtype) and None
+        )  # None: keep the output
         first_losses[amp] = Trainer(task, tmp_path / f"amp-{amp}", progress=False).fit()["last_loss"]
     assert dtypes == {"none": torch.float32, "bf16": torch.bfloat16}
     assert first_losses["bf16"] == pytest.approx(first_losses["none"], rel=0.02)
     assert first_losses["bf16"] != first_losses["none"]  # it did compute in lower precision
     for i, (optimizer, schedule) in enumerate([("sgd", "cosine"), ("adam", "constant"), ("adamw", "poly")]):
-        recipe = parse_recipe(tiny(cache, max_steps=2, amp="bf16", channels_last=True, loss="ce+dice",
-                                   optimizer=optimizer, schedule=schedule, warmup_steps=1, grad_clip=1.0))
+        recipe = parse_recipe(
+            tiny(
+                cache,
+                max_steps=2,
+                amp="bf16",
+                channels_last=True,
+                loss="ce+dice",
+                optimizer=optimizer,
+                schedule=schedule,
+                warmup_steps=1,
+                grad_clip=1.0,
+            )
+        )
         summary = train(recipe, tmp_path / f"run{i}", progress=False)
         assert summary["steps"] == 2 and math.isfinite(summary["last_loss"])
     with pytest.raises(ConfigError, match="train.amp 'fp16' needs CUDA"):
@@ -299,8 +447,9 @@ def test_mixed_precision_channels_last_dice_and_every_schedule(cache, tmp_path):
 def test_tensorboard_logger_writes_event_files_tensorboard_reads(cache, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    summary = train(parse_recipe(tiny(cache, max_steps=3, loggers=["csv", "tensorboard"])), tmp_path / "run",
-                    progress=False)
+    summary = train(
+        parse_recipe(tiny(cache, max_steps=3, loggers=["csv", "tensorboard"])), tmp_path / "run", progress=False
+    )
     events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
     events.Reload()
     assert {"loss", "lr", "val_miou"} <= set(events.Tags()["scalars"])
@@ -311,17 +460,53 @@ def test_tensorboard_logger_writes_event_files_tensorboard_reads(cache, tmp_path
 
 
 def test_gan_under_ddp(cache, tmp_path):
-    recipe = {"model": {"architecture": "dcgan", "latent_dim": 16, "out_channels": 3, "resolution": 32,
-                        "upsampler": "pixel_shuffle", "base_channels": 8},
-              "data": {"batch_size": 4, "num_workers": 0, "synthetic_train": 8, "synthetic_val": 1,
-                       "synthetic_size": [64, 128], "cache_dir": cache},
-              "train": {"max_steps": 3, "optimizer": "adam", "lr": 2e-4, "betas": [0.5, 0.999], "weight_decay": 0.0,
-                        "discriminator_base_channels": 8, "log_every": 1}}
+    recipe = {
+        "model": {
+            "architecture": "dcgan",
+            "latent_dim": 16,
+            "out_channels": 3,
+            "resolution": 32,
+            "upsampler": "pixel_shuffle",
+            "base_channels": 8,
+        },
+        "data": {
+            "batch_size": 4,
+            "num_workers": 0,
+            "synthetic_train": 8,
+            "synthetic_val": 1,
+            "synthetic_size": [64, 128],
+            "cache_dir": cache,
+        },
+        "train": {
+            "max_steps": 3,
+            "optimizer": "adam",
+            "lr": 2e-4,
+            "betas": [0.5, 0.999],
+            "weight_decay": 0.0,
+            "discriminator_base_channels": 8,
+            "log_every": 1,
+        },
+    }
     path = tmp_path / "gan.yaml"
     path.write_text(yaml.safe_dump(recipe))
-    result = subprocess.run([sys.executable, "-m", "upzoo", "train", str(path), "--nproc", "2", "--out",
-                             str(tmp_path / "gan"), "--no-progress"], capture_output=True, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "upzoo",
+            "train",
+            str(path),
+            "--nproc",
+            "2",
+            "--out",
+            str(tmp_path / "gan"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "gan" / "summary.json").read_text())["steps"] == 3
     assert (tmp_path / "gan" / "samples_000003.png").is_file()
@@ -340,12 +525,18 @@ def test_recipes_point_at_real_data_folders(cache, tmp_path):
     runs = {
         "quickstart.yaml": [f"data.root={city}", "data.resize=null", "data.crop_size=[64,64]"],
         "volume_unet3d_aniso.yaml": [f"data.root={vols}", "data.crop_size=[8,32,32]"],
-        "dcgan_interp_conv.yaml": ["data.kind=images", f"data.root={images.parent}", "model.base_channels=8",
-                                   "train.discriminator_base_channels=8"],
+        "dcgan_interp_conv.yaml": [
+            "data.kind=images",
+            f"data.root={images.parent}",
+            "model.base_channels=8",
+            "train.discriminator_base_channels=8",
+        ],
     }
     for name, overrides in runs.items():
-        recipe = load_recipe(ROOT / "recipes" / name, overrides + [
-            "train.max_steps=2", "data.batch_size=2", "data.num_workers=0", "train.log_every=1"])
+        recipe = load_recipe(
+            ROOT / "recipes" / name,
+            overrides + ["train.max_steps=2", "data.batch_size=2", "data.num_workers=0", "train.log_every=1"],
+        )
         assert recipe.data.root is not None
         run = train
         summary = run(recipe, tmp_path / name, progress=False)
@@ -354,13 +545,27 @@ def test_recipes_point_at_real_data_folders(cache, tmp_path):
 
 def test_normalisation_must_fit_the_data_and_volumes_can_be_evaluated_whole(cache, tmp_path):
     with pytest.raises(ConfigError, match="data.normalize 'ct' does not apply to images; use one of imagenet, minmax"):
-        train(parse_recipe(tiny(cache, max_steps=1) | {"data": {**tiny(cache)["data"], "normalize": "ct"}}),
-                           tmp_path / "bad", progress=False)
-    common = ["train.max_steps=2", "data.batch_size=2", "data.num_workers=0", "data.synthetic_train=3",
-              "data.synthetic_val=1", "data.synthetic_size=[12,48,48]", "data.crop_size=[8,32,32]",
-              f"data.cache_dir={cache}"]
+        train(
+            parse_recipe(tiny(cache, max_steps=1) | {"data": {**tiny(cache)["data"], "normalize": "ct"}}),
+            tmp_path / "bad",
+            progress=False,
+        )
+    common = [
+        "train.max_steps=2",
+        "data.batch_size=2",
+        "data.num_workers=0",
+        "data.synthetic_train=3",
+        "data.synthetic_val=1",
+        "data.synthetic_size=[12,48,48]",
+        "data.crop_size=[8,32,32]",
+        f"data.cache_dir={cache}",
+    ]
     recipe = load_recipe(ROOT / "recipes" / "volume_unet3d_aniso.yaml", common + ["eval.sliding_window=false"])
     assert recipe.eval.window_patch(recipe.data.crop_size) is None
-    assert load_recipe(ROOT / "recipes" / "volume_unet3d_aniso.yaml", common).eval.window_patch([8, 32, 32]) == [8, 32, 32]
+    assert load_recipe(ROOT / "recipes" / "volume_unet3d_aniso.yaml", common).eval.window_patch([8, 32, 32]) == [
+        8,
+        32,
+        32,
+    ]
     val = train(recipe, tmp_path / "whole", progress=False)["val"]  # 12x48x48 volumes run whole
     assert 0 <= val["miou"] <= 1

@@ -36,7 +36,9 @@ class DirectDySample(nn.Module):
         self.scale, self.groups = scale, groups
         self.offset = nn.Conv2d(channels, 2 * groups * scale * scale, 1)
         h = (torch.arange(scale) - (scale - 1) / 2) / scale
-        init = torch.stack(torch.meshgrid(h, h, indexing="ij")).transpose(1, 2).repeat(1, groups, 1).reshape(1, -1, 1, 1)
+        init = (
+            torch.stack(torch.meshgrid(h, h, indexing="ij")).transpose(1, 2).repeat(1, groups, 1).reshape(1, -1, 1, 1)
+        )
         self.register_buffer("init_pos", init)
 
     def forward(self, x):
@@ -50,8 +52,9 @@ class DirectDySample(nn.Module):
         coords = 2 * (coords + offset) / normalizer - 1
         coords = F.pixel_shuffle(coords.view(b, -1, h, w), self.scale).view(b, 2, -1, self.scale * h, self.scale * w)
         coords = coords.permute(0, 2, 3, 4, 1).contiguous().flatten(0, 1)
-        return F.grid_sample(x.reshape(b * self.groups, -1, h, w), coords, mode="bilinear", align_corners=False,
-                             padding_mode="border").view(b, -1, self.scale * h, self.scale * w)
+        return F.grid_sample(
+            x.reshape(b * self.groups, -1, h, w), coords, mode="bilinear", align_corners=False, padding_mode="border"
+        ).view(b, -1, self.scale * h, self.scale * w)
 
 
 class DirectCarafe(nn.Module):
@@ -117,12 +120,15 @@ def bench_blocks(runs: int) -> None:
                 def run():
                     y = module(x)
                     y.backward(torch.ones_like(y))
+
                 return run
 
             t = compare_calls({"ours": step(ours), "ref": step(ref)}, warmup=3, runs=runs)
-            print(f"| {name} | {'x'.join(map(str, shape))} s={'x'.join(map(str, scale))} | "
-                  f"{t['ours'].median * 1e3:.2f} | {t['ref'].median * 1e3:.2f} | "
-                  f"{t['ours'].median / t['ref'].median:.3f} |")
+            print(
+                f"| {name} | {'x'.join(map(str, shape))} s={'x'.join(map(str, scale))} | "
+                f"{t['ours'].median * 1e3:.2f} | {t['ref'].median * 1e3:.2f} | "
+                f"{t['ours'].median / t['ref'].median:.3f} |"
+            )
 
 
 def loop_blur(x: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -135,7 +141,7 @@ def loop_blur(x: torch.Tensor, threshold: float) -> torch.Tensor:
             for i in range(1, h - 1):
                 for j in range(1, w - 1):
                     if x[n, ch, i, j] >= threshold:
-                        out[n, ch, i, j] = (x[n, ch, i - 1:i + 2, j - 1:j + 2] * kernel).sum()
+                        out[n, ch, i, j] = (x[n, ch, i - 1 : i + 2, j - 1 : j + 2] * kernel).sum()
     return out
 
 
@@ -175,26 +181,35 @@ def bench_masked_blur(runs: int) -> None:
         # Ten warm-up calls: the first few after the loop still fault in fresh pages for the allocator.
         alone = time_call(ours, warmup=10, runs=runs).median
         alone_pytorch = time_call(ours_pytorch, warmup=10, runs=runs).median
-        t = compare_calls({"ours": ours, "pytorch": ours_pytorch, "kornia": with_kornia, "tv": with_torchvision},
-                          warmup=10, runs=runs)
+        t = compare_calls(
+            {"ours": ours, "pytorch": ours_pytorch, "kornia": with_kornia, "tv": with_torchvision}, warmup=10, runs=runs
+        )
         loops = [per_pixel[size] * x.numel() for size in (16, 64)]
         traffic = 5 * x.numel() * x.element_size()  # forward reads x, writes out; backward reads g and x, writes grad
         name = "x".join(map(str, shape))
         for label, seconds in ((fused_label, alone), ("PyTorch formulation", alone_pytorch)):
-            loop_rows.append(f"| {name} | {label} | {seconds * 1e3:.2f} | "
-                             f"{loops[0] * 1e3:,.0f} / {loops[1] * 1e3:,.0f} | "
-                             f"{loops[0] / seconds:,.0f}x / {loops[1] / seconds:,.0f}x | "
-                             f"{traffic / seconds / bandwidth:.0%} |")
+            loop_rows.append(
+                f"| {name} | {label} | {seconds * 1e3:.2f} | "
+                f"{loops[0] * 1e3:,.0f} / {loops[1] * 1e3:,.0f} | "
+                f"{loops[0] / seconds:,.0f}x / {loops[1] / seconds:,.0f}x | "
+                f"{traffic / seconds / bandwidth:.0%} |"
+            )
         best = min(t["kornia"].median, t["tv"].median)
-        peer_rows.append(f"| {name} | {t['ours'].median * 1e3:.2f} | {t['pytorch'].median * 1e3:.2f} | "
-                         f"{t['kornia'].median * 1e3:.2f} | {t['tv'].median * 1e3:.2f} | "
-                         f"{best / t['ours'].median:.1f}x / {best / t['pytorch'].median:.1f}x |")
-    print("\n| input | implementation | upzoo ms (alone) | loop ms (scaled from 16x16 / 64x64) | "
-          "speed-up vs loop (16x16 / 64x64 basis) | bytes/s vs memcpy |")
+        peer_rows.append(
+            f"| {name} | {t['ours'].median * 1e3:.2f} | {t['pytorch'].median * 1e3:.2f} | "
+            f"{t['kornia'].median * 1e3:.2f} | {t['tv'].median * 1e3:.2f} | "
+            f"{best / t['ours'].median:.1f}x / {best / t['pytorch'].median:.1f}x |"
+        )
+    print(
+        "\n| input | implementation | upzoo ms (alone) | loop ms (scaled from 16x16 / 64x64) | "
+        "speed-up vs loop (16x16 / 64x64 basis) | bytes/s vs memcpy |"
+    )
     print("|---|---|---|---|---|---|")
     print("\n".join(loop_rows))
-    print(f"\n| input | upzoo ms ({fused_label}) | upzoo ms (PyTorch formulation) | kornia ms | torchvision ms | "
-          "faster than the faster of the two |")
+    print(
+        f"\n| input | upzoo ms ({fused_label}) | upzoo ms (PyTorch formulation) | kornia ms | torchvision ms | "
+        "faster than the faster of the two |"
+    )
     print("|---|---|---|---|---|---|")
     print("\n".join(peer_rows))
     if masked_blur_module.FUSED_CPU_KERNEL:
@@ -227,10 +242,14 @@ def bench_blur_geometries(runs: int) -> None:
                 fused()
 
         t = compare_calls({"fused": fused, "pytorch": pytorch}, warmup=10, runs=runs)
-        label = ", ".join([f"{k}={v}" for k, v in options.items()] + ([str(dtype).replace("torch.", "")]
-                                                                       if dtype != torch.float32 else []))
-        print(f"| {'x'.join(map(str, shape))} | {label} | {t['fused'].median * 1e3:.2f} | "
-              f"{t['pytorch'].median * 1e3:.2f} | {t['pytorch'].median / t['fused'].median:.1f}x |")
+        label = ", ".join(
+            [f"{k}={v}" for k, v in options.items()]
+            + ([str(dtype).replace("torch.", "")] if dtype != torch.float32 else [])
+        )
+        print(
+            f"| {'x'.join(map(str, shape))} | {label} | {t['fused'].median * 1e3:.2f} | "
+            f"{t['pytorch'].median * 1e3:.2f} | {t['pytorch'].median / t['fused'].median:.1f}x |"
+        )
 
 
 def main() -> None:
@@ -241,8 +260,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {args.threads} threads, "
-          f"median of {args.runs} interleaved runs\n")
+    print(
+        f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {args.threads} threads, "
+        f"median of {args.runs} interleaved runs\n"
+    )
     if args.only in (None, "blocks"):
         bench_blocks(args.runs)
     if args.only in (None, "blur"):

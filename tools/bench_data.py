@@ -23,17 +23,18 @@ from torch.utils.data import DataLoader
 
 from upzoo.data.factory import build_datasets
 from upzoo.data.synthetic import ensure_synthetic_cityscapes, ensure_synthetic_volumes
-from upzoo.train.common import build_optimizer
-from upzoo.recipe import load_recipe
 from upzoo.models import build_model
+from upzoo.recipe import load_recipe
+from upzoo.train.common import build_optimizer
 from upzoo.train.tasks import segmentation_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def loader_rate(dataset, batch_size: int, batches: int, workers: int) -> float:
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers, drop_last=True,
-                        persistent_workers=False)
+    loader = DataLoader(
+        dataset, batch_size=batch_size, shuffle=True, num_workers=workers, drop_last=True, persistent_workers=False
+    )
     it = iter(loader)
     next(it)  # workers started, first batch out of the way
     start, n = time.perf_counter(), 0
@@ -52,8 +53,9 @@ def train_rate(recipe, bundle, steps: int) -> float:
     classes = bundle.num_classes or recipe.model.options["num_classes"]
 
     def step():
-        loss = segmentation_loss(model(batch["image"]), batch["mask"], kind=recipe.train.loss, ignore_index=255,
-                                 num_classes=classes)
+        loss = segmentation_loss(
+            model(batch["image"]), batch["mask"], kind=recipe.train.loss, ignore_index=255, num_classes=classes
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()

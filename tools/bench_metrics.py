@@ -42,23 +42,30 @@ def main() -> None:
             for p, t in zip(pred, target):
                 metric.update(p, t)
             results[f"tm{validate}"] = metric.compute().double()
+
         return run
 
     t = compare_calls({"upzoo": ours, "tm": reference(True), "tm_fast": reference(False)}, warmup=1, runs=args.runs)
     same = all(torch.allclose(results["ours"], results[key], atol=1e-6) for key in ("tmTrue", "tmFalse"))
     bandwidth = memcpy_bandwidth()
     traffic = pred.numel() * (pred.element_size() + target.element_size())  # each label read once
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; 8 x 1024 x 2048, 19 classes, "
-          f"median of {args.runs}\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; 8 x 1024 x 2048, 19 classes, "
+        f"median of {args.runs}\n"
+    )
     print("| method | seconds | upzoo speed-up | bytes/s vs memcpy |")
     print("|---|---|---|---|")
-    for name, label in (("upzoo", "upzoo ConfusionMatrix"), ("tm", "torchmetrics MulticlassJaccardIndex"),
-                        ("tm_fast", "torchmetrics, validate_args=False")):
+    for name, label in (
+        ("upzoo", "upzoo ConfusionMatrix"),
+        ("tm", "torchmetrics MulticlassJaccardIndex"),
+        ("tm_fast", "torchmetrics, validate_args=False"),
+    ):
         seconds = t[name].median
-        print(f"| {label} | {seconds:.3f} | {seconds / t['upzoo'].median:.2f}x | "
-              f"{traffic / seconds / bandwidth:.0%} |")
-    print(f"\nidentical per-class IoU: {same}; memory-copy bandwidth {bandwidth / 1e9:.1f} GB/s "
-          f"(bytes counted: both int64 label maps read once)")
+        print(f"| {label} | {seconds:.3f} | {seconds / t['upzoo'].median:.2f}x | {traffic / seconds / bandwidth:.0%} |")
+    print(
+        f"\nidentical per-class IoU: {same}; memory-copy bandwidth {bandwidth / 1e9:.1f} GB/s "
+        f"(bytes counted: both int64 label maps read once)"
+    )
 
 
 if __name__ == "__main__":

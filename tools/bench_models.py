@@ -32,6 +32,7 @@ def seg_step(model, x, y, opt):
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()
         opt.step()
+
     return run
 
 
@@ -41,10 +42,12 @@ def bench_unet(runs: int) -> None:
     y = torch.randint(0, 19, (2, 256, 512))
     models = {
         "smp.Unet": smp.Unet("resnet18", encoder_weights=None, classes=19),
-        "upzoo interpolate": UNet(spatial_dims=2, in_channels=3, num_classes=19, encoder="resnet18",
-                                  upsampler="interpolate"),
-        "upzoo interp_conv": UNet(spatial_dims=2, in_channels=3, num_classes=19, encoder="resnet18",
-                                  upsampler="interp_conv"),
+        "upzoo interpolate": UNet(
+            spatial_dims=2, in_channels=3, num_classes=19, encoder="resnet18", upsampler="interpolate"
+        ),
+        "upzoo interp_conv": UNet(
+            spatial_dims=2, in_channels=3, num_classes=19, encoder="resnet18", upsampler="interp_conv"
+        ),
     }
     steps = {n: seg_step(m, x, y, torch.optim.SGD(m.parameters(), lr=0.01)) for n, m in models.items()}
     t = compare_calls(steps, warmup=2, runs=runs)
@@ -62,8 +65,9 @@ def bench_dcgan(runs: int) -> None:
 
     def gan_step(post_filter):
         torch.manual_seed(0)
-        g = DCGANGenerator.classic(100, 3, 64, post_filter=post_filter, post_filter_options={"threshold": 0.5}
-                                   if post_filter else None)
+        g = DCGANGenerator.classic(
+            100, 3, 64, post_filter=post_filter, post_filter_options={"threshold": 0.5} if post_filter else None
+        )
         d = DCGANDiscriminator(3, 64)
         og, od = torch.optim.Adam(g.parameters(), 2e-4), torch.optim.Adam(d.parameters(), 2e-4)
         ones, zeros = torch.ones(64), torch.zeros(64)
@@ -72,24 +76,30 @@ def bench_dcgan(runs: int) -> None:
             z = torch.randn(64, 100)
             fake = g(z)
             od.zero_grad(set_to_none=True)
-            loss_d = (F.binary_cross_entropy_with_logits(d(real), ones)
-                      + F.binary_cross_entropy_with_logits(d(fake.detach()), zeros))
+            loss_d = F.binary_cross_entropy_with_logits(d(real), ones) + F.binary_cross_entropy_with_logits(
+                d(fake.detach()), zeros
+            )
             loss_d.backward()
             od.step()
             og.zero_grad(set_to_none=True)
             F.binary_cross_entropy_with_logits(d(fake), ones).backward()
             og.step()
+
         return run
 
     def pytorch_formulation(step):
         def run():
             with masked_blur_module.pytorch_formulation():
                 step()
+
         return run
 
     fused = "masked_blur (fused kernel)" if masked_blur_module.FUSED_CPU_KERNEL else "masked_blur (kernel not built)"
-    steps = {"none": gan_step(None), fused: gan_step("masked_blur"),
-             "masked_blur (PyTorch formulation)": pytorch_formulation(gan_step("masked_blur"))}
+    steps = {
+        "none": gan_step(None),
+        fused: gan_step("masked_blur"),
+        "masked_blur (PyTorch formulation)": pytorch_formulation(gan_step("masked_blur")),
+    }
     t = compare_calls(steps, warmup=2, runs=runs)
     print("| post-filter | step s | ratio |")
     print("|---|---|---|")
@@ -102,9 +112,22 @@ def bench_checkpointing() -> None:
     print("| model | input | checkpointing | peak MiB | method |")
     print("|---|---|---|---|---|")
     cases = [
-        ("2D resnet18 U-Net", dict(spatial_dims=2, in_channels=3, num_classes=19, encoder="resnet18"), (2, 3, 256, 512)),
-        ("3D plain U-Net (1,2,2)-first", dict(spatial_dims=3, in_channels=1, num_classes=4, channels=(16, 32, 64, 128),
-                                              strides=[(1, 2, 2), (1, 2, 2), (2, 2, 2)]), (1, 1, 32, 128, 128)),
+        (
+            "2D resnet18 U-Net",
+            dict(spatial_dims=2, in_channels=3, num_classes=19, encoder="resnet18"),
+            (2, 3, 256, 512),
+        ),
+        (
+            "3D plain U-Net (1,2,2)-first",
+            dict(
+                spatial_dims=3,
+                in_channels=1,
+                num_classes=4,
+                channels=(16, 32, 64, 128),
+                strides=[(1, 2, 2), (1, 2, 2), (2, 2, 2)],
+            ),
+            (1, 1, 32, 128, 128),
+        ),
     ]
     for label, kwargs, shape in cases:
         peaks = {}
@@ -128,8 +151,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {platform.machine()}, {args.threads} threads, "
-          f"median of {args.runs} interleaved runs\n")
+    print(
+        f"torch {torch.__version__}, {platform.machine()}, {args.threads} threads, "
+        f"median of {args.runs} interleaved runs\n"
+    )
     if args.only in (None, "unet"):
         bench_unet(args.runs)
     if args.only in (None, "dcgan"):

@@ -30,8 +30,14 @@ def main() -> None:
     parser.add_argument("--high", type=int, default=2048)
     args = parser.parse_args()
     with torch.device("meta"):
-        net = UNet(spatial_dims=2, in_channels=3, num_classes=19, encoder="resnet34", upsampler="interp_conv",
-                   input_policy="strict").eval()
+        net = UNet(
+            spatial_dims=2,
+            in_channels=3,
+            num_classes=19,
+            encoder="resnet34",
+            upsampler="interp_conv",
+            input_policy="strict",
+        ).eval()
 
     start = time.perf_counter()
     solver = ShapeSolver(net)
@@ -57,10 +63,14 @@ def main() -> None:
     print("| method | valid sizes found | seconds | solver speed-up |")
     print("|---|---|---|---|")
     print(f"| analytic solver ({solver.path}) | {len(analytic)} | {t_solver:.3f} | 1x |")
-    print(f"| meta-device trial of every size, network decides | {len(native)} | {t_native:.1f} | "
-          f"{t_native / t_solver:.0f}x |")
-    print(f"| meta-device trial of every size, strict input check | {len(strict)} | {t_strict:.2f} | "
-          f"{t_strict / t_solver:.0f}x |")
+    print(
+        f"| meta-device trial of every size, network decides | {len(native)} | {t_native:.1f} | "
+        f"{t_native / t_solver:.0f}x |"
+    )
+    print(
+        f"| meta-device trial of every size, strict input check | {len(strict)} | {t_strict:.2f} | "
+        f"{t_strict / t_solver:.0f}x |"
+    )
     print(f"\nsame answers: {analytic == native == strict}; rule: {solver.rule(1).describe()}")
 
 

@@ -21,8 +21,8 @@ from torch.utils.data import DataLoader
 
 from upzoo.data.factory import build_datasets
 from upzoo.models import build_model
-from upzoo.train.common import StopFlag
 from upzoo.recipe import load_recipe
+from upzoo.train.common import StopFlag
 from upzoo.train.engine import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,8 +46,13 @@ def hand_written_rate(recipe, steps: int, warmup: int) -> float:
     model = build_model(recipe.model)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.train.lr, weight_decay=recipe.train.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (1 - min(s, steps) / steps) ** 0.9)
-    loader = DataLoader(bundle.train, batch_size=recipe.data.batch_size, shuffle=True, drop_last=True,
-                        num_workers=recipe.data.num_workers)
+    loader = DataLoader(
+        bundle.train,
+        batch_size=recipe.data.batch_size,
+        shuffle=True,
+        drop_last=True,
+        num_workers=recipe.data.num_workers,
+    )
     step, start = 0, None
     model.train()
     while step < steps:
@@ -71,15 +76,19 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2, help="alternate the two loops this many times each")
     args = parser.parse_args()
-    recipe = load_recipe(ROOT / "recipes" / "quickstart.yaml",
-                         [f"train.max_steps={args.steps}", "train.val_every=100000", "train.checkpoint_every=100000"])
+    recipe = load_recipe(
+        ROOT / "recipes" / "quickstart.yaml",
+        [f"train.max_steps={args.steps}", "train.val_every=100000", "train.checkpoint_every=100000"],
+    )
     ours, hand = [], []
     for _ in range(args.repeats):
         ours.append(upzoo_rate(recipe, args.steps, args.warmup))
         hand.append(hand_written_rate(recipe, args.steps, args.warmup))
     best_ours, best_hand = max(ours), max(hand)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; quickstart recipe, steps "
-          f"{args.warmup}..{args.steps}, best of {args.repeats} alternating runs\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; quickstart recipe, steps "
+        f"{args.warmup}..{args.steps}, best of {args.repeats} alternating runs\n"
+    )
     print("| loop | images/s | ratio |")
     print("|---|---|---|")
     print(f"| hand-written PyTorch loop | {best_hand:.2f} | 1.00 |")

@@ -7,10 +7,10 @@ torch.Size([1, 4, 10, 14])
 """
 
 from upzoo.errors import ConfigError, DataError, RegistryError, ShapeError, UpzooError
-from upzoo.registry import create_upsampler, list_upsamplers, register_upsampler, upsampler_info
-from upzoo.upsamplers import Upsampler  # registers the built-in blocks
 from upzoo.filters import MaskedGaussianBlur, masked_gaussian_blur  # registers the post-filter
 from upzoo.models import DCGANDiscriminator, DCGANGenerator, UNet, build_model
+from upzoo.registry import create_upsampler, list_upsamplers, register_upsampler, upsampler_info
+from upzoo.upsamplers import Upsampler  # registers the built-in blocks
 
 __version__ = "0.1.0"
 

@@ -11,13 +11,14 @@ import dataclasses
 import inspect
 import types
 import typing
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Sequence, Union
+from typing import Any, Literal, Union
+
+from upzoo.errors import ConfigError, did_you_mean
 
 _SEQUENCES = (list, tuple, collections.abc.Sequence)
 _MAPPINGS = (dict, collections.abc.Mapping)
-
-from upzoo.errors import ConfigError, did_you_mean
 
 __all__ = ["check_type", "type_hints", "validate_kwargs", "from_dict", "describe_type", "parse_yaml", "read_yaml_file"]
 
@@ -137,7 +138,8 @@ def validate_kwargs(fn: Callable[..., Any], data: Any, path: str, *, fixed: Sequ
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping of options, got {data!r} ({type(data).__name__})")
     params = {
-        name: p for name, p in inspect.signature(fn).parameters.items()
+        name: p
+        for name, p in inspect.signature(fn).parameters.items()
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in fixed
     }
     takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())

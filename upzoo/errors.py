@@ -7,10 +7,17 @@ a one-line message and exit code 1.
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = [
-    "UpzooError", "ConfigError", "RegistryError", "ShapeError", "DataError", "TrainingError", "did_you_mean", "one_line",
+    "UpzooError",
+    "ConfigError",
+    "RegistryError",
+    "ShapeError",
+    "DataError",
+    "TrainingError",
+    "did_you_mean",
+    "one_line",
 ]
 
 

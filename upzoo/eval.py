@@ -7,10 +7,10 @@ from typing import Any
 
 from upzoo.errors import ConfigError
 from upzoo.models import ModelSpec, build_model
+from upzoo.recipe import Recipe
 from upzoo.train.checkpoint import load_checkpoint, load_weights
 from upzoo.train.common import pick_device
 from upzoo.train.evaluate import evaluate_segmentation
-from upzoo.recipe import Recipe
 
 __all__ = ["evaluate_checkpoint"]
 
@@ -29,7 +29,9 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
     from upzoo.prepare import prepare
 
     if recipe.task != "segmentation":
-        raise ConfigError("upzoo eval evaluates segmentation recipes; GAN runs log sample grids and checkerboard scores")
+        raise ConfigError(
+            "upzoo eval evaluates segmentation recipes; GAN runs log sample grids and checkerboard scores"
+        )
     state = load_checkpoint(checkpoint, kind="segmentation", purpose="upzoo eval")
     spec = ModelSpec.from_dict(state["model_spec"])
     model = build_model(spec)
@@ -39,10 +41,22 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
     prepared = prepare(replace(recipe, model=spec))  # the data, checked against the checkpoint's model
     bundle, num_classes = prepared.data, prepared.num_classes
     metrics, _ = evaluate_segmentation(
-        model, bundle.val, num_classes=num_classes, ignore_index=bundle.ignore_index, device=device,
-        amp=recipe.train.amp, volumes=recipe.data.kind == "volumes",
-        patch_size=recipe.eval.window_patch(recipe.data.crop_size), overlap=recipe.eval.overlap,
-        window_batch=recipe.eval.batch_size)
+        model,
+        bundle.val,
+        num_classes=num_classes,
+        ignore_index=bundle.ignore_index,
+        device=device,
+        amp=recipe.train.amp,
+        volumes=recipe.data.kind == "volumes",
+        patch_size=recipe.eval.window_patch(recipe.data.crop_size),
+        overlap=recipe.eval.overlap,
+        window_batch=recipe.eval.batch_size,
+    )
     names = bundle.class_names or [str(i) for i in range(num_classes)]
-    return {**metrics, "class_names": names, "samples": len(bundle.val), "checkpoint": str(checkpoint),
-            "step": state.get("step")}
+    return {
+        **metrics,
+        "class_names": names,
+        "samples": len(bundle.val),
+        "checkpoint": str(checkpoint),
+        "step": state.get("step"),
+    }

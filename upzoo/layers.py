@@ -3,8 +3,8 @@ tuples and input-shape checks with errors that say how to fix the input."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from numbers import Integral
-from typing import Sequence
 
 import torch
 from torch import nn
@@ -99,9 +99,7 @@ def to_ntuple(value: object, n: int, name: str, *, minimum: int = 1) -> tuple[in
     else:
         values = ()
     if not values or not all(_is_int(v) and int(v) >= minimum for v in values):  # type: ignore[call-overload]
-        raise ConfigError(
-            f"{name} must be an int >= {minimum} or a tuple of {n} such ints, got {value!r}"
-        )
+        raise ConfigError(f"{name} must be an int >= {minimum} or a tuple of {n} such ints, got {value!r}")
     return tuple(int(v) for v in values)  # type: ignore[call-overload]
 
 
@@ -110,9 +108,7 @@ def format_shape(shape: Sequence[int]) -> str:
     return "x".join(str(s) for s in shape)
 
 
-def check_input_shape(
-    shape: Sequence[int], *, spatial_dims: int, channels: int | None, owner: str
-) -> tuple[int, ...]:
+def check_input_shape(shape: Sequence[int], *, spatial_dims: int, channels: int | None, owner: str) -> tuple[int, ...]:
     """Check ``shape`` is ``(B, channels, *S)`` with ``spatial_dims`` axes in ``S``.
 
     Raises:

@@ -60,8 +60,10 @@ def resolve_model(recipe: Recipe, spacing: tuple[float, ...] | None = None) -> M
     if spec.options.get("strides") != "auto":
         return spec
     if recipe.data.kind != "volumes" or recipe.data.crop_size is None:
-        raise ConfigError("model.strides 'auto' needs volume data (data.kind: volumes, for the spacing) and "
-                          "data.crop_size (the patch)")
+        raise ConfigError(
+            "model.strides 'auto' needs volume data (data.kind: volumes, for the spacing) and "
+            "data.crop_size (the patch)"
+        )
     return spec.resolve_auto_strides(spacing or _spacing(recipe), recipe.data.crop_size)
 
 
@@ -76,16 +78,20 @@ def prepare(recipe: Recipe) -> Prepared:
         bundle = build_datasets(recipe.data, task="gan", resolution=options["resolution"])
         channels = bundle.train[0]["image"].shape[0]
         if channels != options["out_channels"]:
-            raise ConfigError(f"model.out_channels is {options['out_channels']} but the images have {channels} "
-                              f"channels")
+            raise ConfigError(
+                f"model.out_channels is {options['out_channels']} but the images have {channels} channels"
+            )
         return Prepared(recipe, recipe.model, bundle, None, None, None, None)
-    bundle = build_datasets(recipe.data, task="segmentation", num_classes=options.get("num_classes"),
-                            in_channels=options.get("in_channels"))
+    bundle = build_datasets(
+        recipe.data, task="segmentation", num_classes=options.get("num_classes"), in_channels=options.get("in_channels")
+    )
     spec = resolve_model(recipe, bundle.spacing)
     classes = spec.options.get("num_classes", spec.options.get("classes"))
     if bundle.num_classes is not None and classes != bundle.num_classes:
-        raise ConfigError(f"model has {classes} classes but the data has {bundle.num_classes}; "
-                          f"set model.num_classes: {bundle.num_classes}")
+        raise ConfigError(
+            f"model has {classes} classes but the data has {bundle.num_classes}; "
+            f"set model.num_classes: {bundle.num_classes}"
+        )
     palette, mean, std = None, None, None
     if recipe.data.kind == "cityscapes":
         from upzoo.data.cityscapes import PALETTE

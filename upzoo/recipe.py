@@ -5,10 +5,10 @@ models, see :mod:`upzoo.sections`). ``--set train.lr=0.01`` overrides apply befo
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
-
+from typing import Any, Literal
 
 from upzoo.config import parse_yaml, read_yaml_file
 from upzoo.errors import ConfigError, did_you_mean
@@ -16,7 +16,13 @@ from upzoo.models.factory import ModelSpec
 from upzoo.sections import DataConfig, EvalConfig, TrainConfig, validate_section
 
 __all__ = [
-    "Recipe", "DataConfig", "TrainConfig", "EvalConfig", "load_recipe", "apply_overrides", "parse_recipe",
+    "Recipe",
+    "DataConfig",
+    "TrainConfig",
+    "EvalConfig",
+    "load_recipe",
+    "apply_overrides",
+    "parse_recipe",
     "recipe_json_schema",
 ]
 
@@ -91,10 +97,14 @@ def parse_recipe(data: Any, source: str | None = None) -> Recipe:
     """
     where = f"{source}: " if source else ""
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}a recipe is a mapping with sections {', '.join(_SECTIONS)}, got {type(data).__name__}")
+        raise ConfigError(
+            f"{where}a recipe is a mapping with sections {', '.join(_SECTIONS)}, got {type(data).__name__}"
+        )
     for key in data:
         if key not in _SECTIONS:
-            raise ConfigError(f"{where}{key}: unknown section; sections: {', '.join(_SECTIONS)}{did_you_mean(key, _SECTIONS)}")
+            raise ConfigError(
+                f"{where}{key}: unknown section; sections: {', '.join(_SECTIONS)}{did_you_mean(key, _SECTIONS)}"
+            )
     if "model" not in data:
         raise ConfigError(f"{where}the recipe has no 'model' section")
     try:
@@ -138,8 +148,9 @@ def _check_model_fits_data(recipe: Recipe) -> None:
     dims, kind = recipe.model.options.get("spatial_dims", 2), recipe.data.kind
     if (dims == 3) != (kind == "volumes"):
         fix = "volumes" if dims == 3 else "cityscapes"
-        raise ConfigError(f"model.spatial_dims is {dims} but data.kind is {kind!r}; use data.kind: {fix} or change "
-                          f"model.spatial_dims")
+        raise ConfigError(
+            f"model.spatial_dims is {dims} but data.kind is {kind!r}; use data.kind: {fix} or change model.spatial_dims"
+        )
 
 
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -162,8 +173,11 @@ def recipe_json_schema() -> dict[str, Any]:
         model_config = ConfigDict(extra="forbid", title="upzoo recipe")
         model: dict[str, Any] = Field(
             description="architecture plus the keyword arguments of its constructor (see docs/recipes.md)",
-            json_schema_extra={"properties": {"architecture": {"enum": list(ARCHITECTURES)}},
-                               "required": ["architecture"]})
+            json_schema_extra={
+                "properties": {"architecture": {"enum": list(ARCHITECTURES)}},
+                "required": ["architecture"],
+            },
+        )
         data: DataConfig = Field(default_factory=DataConfig)
         train: TrainConfig = Field(default_factory=TrainConfig)
         eval: EvalConfig = Field(default_factory=EvalConfig)

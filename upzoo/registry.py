@@ -14,8 +14,9 @@ import importlib.metadata
 import inspect
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from torch import nn
 
@@ -113,7 +114,9 @@ class Registry:
         """
 
         def decorator(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-            self.add(self._make_info(name, factory, kind, spatial_dims, description, _origin(factory)), override=override)
+            self.add(
+                self._make_info(name, factory, kind, spatial_dims, description, _origin(factory)), override=override
+            )
             return factory
 
         return decorator
@@ -165,9 +168,7 @@ class Registry:
             package = ep.dist.name if ep.dist is not None else ep.module
             try:
                 factory = ep.load()
-                info = self._make_info(
-                    ep.name, factory, None, None, None, f"plugin package {package!r} ({ep.value})"
-                )
+                info = self._make_info(ep.name, factory, None, None, None, f"plugin package {package!r} ({ep.value})")
             except Exception as exc:  # a broken plugin must not take the built-ins down
                 warnings.warn(
                     f"upzoo: skipped the {self._what} plugin {ep.name!r} from package {package!r}: "
@@ -220,7 +221,8 @@ class Registry:
         """Sorted names matching a shell-style ``pattern`` (``"*shuffle*"``), optionally of one kind."""
         self._load_plugins()
         return sorted(
-            n for n, info in self._entries.items()
+            n
+            for n, info in self._entries.items()
             if fnmatch.fnmatchcase(n, pattern) and (kind is None or info.kind == kind)
         )
 
@@ -256,8 +258,9 @@ def _checked_options(factory: Callable[..., nn.Module], name: str, options: dict
     from upzoo.config import check_type, type_hints
 
     hints = type_hints(factory)
-    return {k: check_type(v, hints[k], f"{name}.{k}") for k, v in options.items()
-            if k not in CONTRACT_ARGS and k in hints}
+    return {
+        k: check_type(v, hints[k], f"{name}.{k}") for k, v in options.items() if k not in CONTRACT_ARGS and k in hints
+    }
 
 
 UPSAMPLERS = Registry("upzoo.upsamplers")
@@ -305,7 +308,7 @@ class warnings_at_caller:  # noqa: N801 - used as a context manager, like contex
     def __init__(self, prefix: str = "", stacklevel: int = 3) -> None:
         self.prefix, self.stacklevel = prefix, stacklevel
 
-    def __enter__(self) -> "warnings_at_caller":
+    def __enter__(self) -> warnings_at_caller:
         self._catcher = warnings.catch_warnings(record=True)
         self._caught = self._catcher.__enter__()
         warnings.simplefilter("always")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -51,19 +51,19 @@ class DataConfig(_Section):
     """
 
     kind: Literal["cityscapes", "volumes", "images"] = "cityscapes"
-    root: Optional[str] = None
-    cache_dir: Optional[str] = None
+    root: str | None = None
+    cache_dir: str | None = None
     train_split: Annotated[str, Field(min_length=1)] = "train"
     val_split: Annotated[str, Field(min_length=1)] = "val"
     synthetic_train: PositiveInt = 64
     synthetic_val: PositiveInt = 16
-    synthetic_size: Optional[Size] = None
+    synthetic_size: Size | None = None
     synthetic_spacing: tuple[PositiveFloat, PositiveFloat, PositiveFloat] = (5.0, 0.8, 0.8)
     synthetic_seed: NonNegativeInt = 0
-    crop_size: Optional[Size] = None
-    resize: Optional[tuple[PositiveInt, PositiveInt]] = None
+    crop_size: Size | None = None
+    resize: tuple[PositiveInt, PositiveInt] | None = None
     augment: bool = True
-    normalize: Optional[Literal["imagenet", "zscore", "ct", "minmax", "none"]] = None
+    normalize: Literal["imagenet", "zscore", "ct", "minmax", "none"] | None = None
     ct_window: tuple[Finite, Finite] = (-1000.0, 1000.0)
     foreground_ratio: _float(ge=0, le=1) = 0.33
     allow_outside_root: bool = False
@@ -71,17 +71,20 @@ class DataConfig(_Section):
     num_workers: NonNegativeInt = 2
 
     @model_validator(mode="after")
-    def _consistent(self) -> "DataConfig":
+    def _consistent(self) -> DataConfig:
         axes = 3 if self.kind == "volumes" else 2
         for key in ("crop_size", "synthetic_size"):
             value = getattr(self, key)
             if value is not None and len(value) != axes:
-                raise ValueError(f"{key}: {self.kind} take {axes} sizes ({'D, H, W' if axes == 3 else 'H, W'}), "
-                                 f"got {list(value)}")
+                raise ValueError(
+                    f"{key}: {self.kind} take {axes} sizes ({'D, H, W' if axes == 3 else 'H, W'}), got {list(value)}"
+                )
         smallest = 8 if axes == 3 else 32
         if self.synthetic_size is not None and min(self.synthetic_size) < smallest:
-            raise ValueError(f"synthetic_size: the embedded {self.kind} are generated at {smallest} or more per axis, "
-                             f"got {list(self.synthetic_size)}")
+            raise ValueError(
+                f"synthetic_size: the embedded {self.kind} are generated at {smallest} or more per axis, "
+                f"got {list(self.synthetic_size)}"
+            )
         if self.resize is not None and self.kind == "volumes":
             raise ValueError("resize: applies to 2D images, not volumes")
         if self.ct_window[0] >= self.ct_window[1]:
@@ -99,7 +102,7 @@ class TrainConfig(_Section):
     """
 
     epochs: PositiveInt = 10
-    max_steps: Optional[PositiveInt] = None
+    max_steps: PositiveInt | None = None
     optimizer: Literal["sgd", "adamw", "adam"] = "adamw"
     lr: PositiveFloat = 1e-3
     weight_decay: _float(ge=0) = 1e-4
@@ -110,22 +113,24 @@ class TrainConfig(_Section):
     loss: Literal["ce", "ce+dice"] = "ce"
     amp: Literal["none", "bf16", "fp16"] = "none"
     channels_last: bool = False
-    grad_clip: Optional[PositiveFloat] = None
+    grad_clip: PositiveFloat | None = None
     seed: NonNegativeInt = 0
     deterministic: bool = False
-    val_every: Optional[PositiveInt] = None
+    val_every: PositiveInt | None = None
     log_every: PositiveInt = 10
-    checkpoint_every: Optional[PositiveInt] = None
+    checkpoint_every: PositiveInt | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     discriminator_base_channels: PositiveInt = 64
-    sample_every: Optional[PositiveInt] = None
+    sample_every: PositiveInt | None = None
     loggers: tuple[Literal["csv", "tensorboard"], ...] = ("csv",)
 
     @model_validator(mode="after")
-    def _csv_always(self) -> "TrainConfig":
+    def _csv_always(self) -> TrainConfig:
         if "csv" not in self.loggers:
-            raise ValueError(f"loggers: 'csv' is always on (metrics.csv feeds the curves and resumes); list it "
-                             f"with the others, e.g. [csv, tensorboard], got {list(self.loggers)}")
+            raise ValueError(
+                f"loggers: 'csv' is always on (metrics.csv feeds the curves and resumes); list it "
+                f"with the others, e.g. [csv, tensorboard], got {list(self.loggers)}"
+            )
         return self
 
 
@@ -134,7 +139,7 @@ class EvalConfig(_Section):
     volumes (``sliding_window: false``), and the rows of the prediction grid."""
 
     sliding_window: bool = True
-    patch_size: Optional[Annotated[tuple[PositiveInt, ...], Field(min_length=3, max_length=3)]] = None
+    patch_size: Annotated[tuple[PositiveInt, ...], Field(min_length=3, max_length=3)] | None = None
     overlap: Fraction = 0.5
     batch_size: PositiveInt = 2
     grid_samples: NonNegativeInt = 4
@@ -175,8 +180,15 @@ def config_error(exc: ValidationError, section: str, model: type[BaseModel]) -> 
     return ConfigError(f"{path}: {message[0].lower() + message[1:]}, got {shown}")
 
 
-_EXPECTED = {"float": "a number", "int": "a whole number", "bool": "true or false", "string": "text",
-             "tuple": "a list", "list": "a list", "dict": "a mapping"}
+_EXPECTED = {
+    "float": "a number",
+    "int": "a whole number",
+    "bool": "true or false",
+    "string": "text",
+    "tuple": "a list",
+    "list": "a list",
+    "dict": "a mapping",
+}
 
 
 def validate_section(model: type[BaseModel], data: Any, section: str) -> Any:

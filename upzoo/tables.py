@@ -6,7 +6,8 @@ import csv
 import io
 import json
 import math
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
 __all__ = ["render_table", "to_json", "TableFormat"]
 

@@ -13,18 +13,25 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from upzoo.layers import linear_mode
-from upzoo.metrics.checkerboard import image_checkerboard, phases as _phases
+from upzoo.metrics.checkerboard import image_checkerboard
+from upzoo.metrics.checkerboard import phases as _phases
 from upzoo.upsamplers.transposed import overlap_counts
 
-__all__ = ["smooth_field", "phase_energies", "checkerboard_score", "image_checkerboard", "overlap_pattern",
-           "overlap_unevenness"]
+__all__ = [
+    "smooth_field",
+    "phase_energies",
+    "checkerboard_score",
+    "image_checkerboard",
+    "overlap_pattern",
+    "overlap_unevenness",
+]
 
 
 def smooth_field(shape: Sequence[int], *, seed: int = 0, cell: int = 8) -> torch.Tensor:
@@ -64,7 +71,9 @@ def checkerboard_score(block: nn.Module, input_shape: Sequence[int], *, seed: in
     return float(energies.std(unbiased=False) / energies.mean().clamp_min(1e-12))
 
 
-def overlap_pattern(kernel_size: Sequence[int], stride: Sequence[int], dilation: Sequence[int] | None = None) -> torch.Tensor:
+def overlap_pattern(
+    kernel_size: Sequence[int], stride: Sequence[int], dilation: Sequence[int] | None = None
+) -> torch.Tensor:
     """Taps per output phase of a transposed conv: the outer product of the per-axis counts."""
     dilation = dilation or [1] * len(kernel_size)
     pattern = torch.ones(())
@@ -73,7 +82,9 @@ def overlap_pattern(kernel_size: Sequence[int], stride: Sequence[int], dilation:
     return pattern
 
 
-def overlap_unevenness(kernel_size: Sequence[int], stride: Sequence[int], dilation: Sequence[int] | None = None) -> float:
+def overlap_unevenness(
+    kernel_size: Sequence[int], stride: Sequence[int], dilation: Sequence[int] | None = None
+) -> float:
     """Coefficient of variation of :func:`overlap_pattern` (0 for even overlap; 0.48 for k3/s2 in 2D)."""
     p = overlap_pattern(kernel_size, stride, dilation).flatten()
     return float(p.std(unbiased=False) / p.mean()) if p.mean() > 0 else math.nan

@@ -4,16 +4,17 @@ model (FPS, memory) and upsamplers trained side by side (mIoU, FPS, memory, para
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from upzoo.bench.artifacts import checkerboard_score
 from upzoo.bench.memory import ensure_fits, estimate_training_bytes, peak_memory
-from upzoo.errors import ShapeError
 from upzoo.bench.speed import environment, measure_fps, time_call
+from upzoo.errors import ShapeError
 from upzoo.registry import UPSAMPLERS, create_upsampler, list_upsamplers
 
 __all__ = ["count_flops", "bench_blocks", "bench_model", "compare_upsamplers", "BLOCK_COLUMNS", "COMPARE_COLUMNS"]
@@ -36,8 +37,10 @@ def count_flops(module: nn.Module, x: torch.Tensor) -> int:
 def check_block_input(shape: Sequence[int]) -> None:
     """Raises ShapeError unless ``shape`` is ``(B, C, H, W)`` or ``(B, C, D, H, W)`` of positive sizes."""
     if len(shape) not in (4, 5) or min(shape) < 1:
-        raise ShapeError(f"bench blocks takes an input (B, C, H, W) or (B, C, D, H, W) of positive sizes, "
-                         f"got {tuple(shape)}; e.g. 8x64x64x64")
+        raise ShapeError(
+            f"bench blocks takes an input (B, C, H, W) or (B, C, D, H, W) of positive sizes, "
+            f"got {tuple(shape)}; e.g. 8x64x64x64"
+        )
 
 
 def bench_blocks(
@@ -67,10 +70,13 @@ def bench_blocks(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with torch.device("meta"):
-                meta = create_upsampler(name, spatial_dims=dims, in_channels=shape[1], out_channels=shape[1], scale=scale)
+                meta = create_upsampler(
+                    name, spatial_dims=dims, in_channels=shape[1], out_channels=shape[1], scale=scale
+                )
             ensure_fits(estimate_training_bytes(meta, tuple(shape)), f"block {name} at input {tuple(shape)}")
-            block = create_upsampler(name, spatial_dims=dims, in_channels=shape[1], out_channels=shape[1],
-                                     scale=scale).to(device)
+            block = create_upsampler(
+                name, spatial_dims=dims, in_channels=shape[1], out_channels=shape[1], scale=scale
+            ).to(device)
         x = torch.randn(*shape, device=device)
         x_grad = x.clone().requires_grad_(True)
 
@@ -81,15 +87,17 @@ def bench_blocks(
         with torch.no_grad():
             forward = time_call(lambda: block(x), warmup=2, runs=runs, device=device)
         both = time_call(fwd_bwd, warmup=2, runs=runs, device=device)
-        rows.append({
-            "block": name,
-            "params": sum(p.numel() for p in block.parameters()),
-            "gflops": count_flops(block, x) / 1e9,
-            "forward_ms": forward.median * 1e3,
-            "fwd_bwd_ms": both.median * 1e3,
-            "peak_mib": peak_memory(fwd_bwd, device=device).mib,
-            "checkerboard": checkerboard_score(block.cpu(), (2, shape[1], *[min(s, 32) for s in shape[2:]])),
-        })
+        rows.append(
+            {
+                "block": name,
+                "params": sum(p.numel() for p in block.parameters()),
+                "gflops": count_flops(block, x) / 1e9,
+                "forward_ms": forward.median * 1e3,
+                "fwd_bwd_ms": both.median * 1e3,
+                "peak_mib": peak_memory(fwd_bwd, device=device).mib,
+                "checkerboard": checkerboard_score(block.cpu(), (2, shape[1], *[min(s, 32) for s in shape[2:]])),
+            }
+        )
         block.to(device)
     return rows
 
@@ -138,8 +146,12 @@ def bench_model(
         fn()  # warm-up: lazy initialisation and first-call allocations out of the measurement
         return max(peak_memory(fn, device=device).mib for _ in range(2))
 
-    result = {**fps, "peak_inference_mib": measured(infer), "peak_train_mib": measured(train_step),
-              "memory_method": peak_memory(lambda: None, device=device).method}
+    result = {
+        **fps,
+        "peak_inference_mib": measured(infer),
+        "peak_train_mib": measured(train_step),
+        "memory_method": peak_memory(lambda: None, device=device).method,
+    }
     if hasattr(model, "checkpointing"):
         previous = model.checkpointing
         model.checkpointing = True
@@ -188,9 +200,17 @@ def compare_upsamplers(
         sample = bundle.val[0]["image"] if bundle.val is not None else bundle.train[0]["image"]
         shape = (1, *sample.shape) if variant.data.kind != "volumes" else (1, sample.shape[0], *variant.data.crop_size)
         measured = bench_model(model, shape, device=device, runs=fps_runs)
-        rows.append({"upsampler": name, "miou": (summary.get("val") or {}).get("miou", float("nan")),
-                     "fps": measured["fps"], "peak_train_mib": measured["peak_train_mib"],
-                     "params": measured["params"], "steps": summary["steps"], "input": list(shape)})
+        rows.append(
+            {
+                "upsampler": name,
+                "miou": (summary.get("val") or {}).get("miou", float("nan")),
+                "fps": measured["fps"],
+                "peak_train_mib": measured["peak_train_mib"],
+                "params": measured["params"],
+                "steps": summary["steps"],
+                "input": list(shape),
+            }
+        )
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -207,8 +227,9 @@ def bar_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
 
     names = [r["upsampler"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
-    for ax, key, title in zip(axes, ("miou", "fps", "peak_train_mib"), ("val mIoU", "FPS (inference)",
-                                                                         "peak training memory (MiB)")):
+    for ax, key, title in zip(
+        axes, ("miou", "fps", "peak_train_mib"), ("val mIoU", "FPS (inference)", "peak training memory (MiB)")
+    ):
         ax.bar(names, [r[key] for r in rows], color="#4c72b0")
         ax.set_title(title)
         ax.tick_params(axis="x", rotation=30)

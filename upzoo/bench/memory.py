@@ -5,11 +5,11 @@ call (free heap memory is returned to the OS first, so the baseline is honest)."
 from __future__ import annotations
 
 import ctypes
-import math
 import ctypes.util
+import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import psutil
 import torch
@@ -40,7 +40,9 @@ def _release_free_heap() -> None:
             pass
 
 
-def peak_memory(fn: Callable[[], object], *, device: torch.device | str = "cpu", interval: float = 0.0005) -> MemoryPeak:
+def peak_memory(
+    fn: Callable[[], object], *, device: torch.device | str = "cpu", interval: float = 0.0005
+) -> MemoryPeak:
     """Run ``fn()`` once and return the peak memory it added (see module docstring for the method)."""
     device = torch.device(device)
     if device.type == "cuda":
@@ -93,5 +95,7 @@ def ensure_fits(nbytes: int, what: str) -> None:
     """
     available = psutil.virtual_memory().available
     if nbytes > available:
-        raise ShapeError(f"{what} needs at least {nbytes / 2**30:.1f} GiB but {available / 2**30:.1f} GiB of memory "
-                         f"are free; use a smaller input, batch or channel count")
+        raise ShapeError(
+            f"{what} needs at least {nbytes / 2**30:.1f} GiB but {available / 2**30:.1f} GiB of memory "
+            f"are free; use a smaller input, batch or channel count"
+        )

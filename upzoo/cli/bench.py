@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import click
 
 from upzoo.cli.common import check_device, default_run_dir, emit_rows, parse_scale, parse_shape
@@ -27,7 +26,6 @@ def bench_blocks_command(shape: str, scale: str, device: str, runs: int, as_json
     """Every registered upsampler at one input: params, GFLOPs, forward and forward+backward time,
     peak memory of forward+backward, and the checkerboard score of the fresh block."""
     from upzoo.bench.compare import BLOCK_COLUMNS, bench_blocks, check_block_input, environment_line
-
     from upzoo.layers import to_ntuple
 
     check_device(device)
@@ -36,8 +34,13 @@ def bench_blocks_command(shape: str, scale: str, device: str, runs: int, as_json
     scales = parse_scale(scale)
     to_ntuple(scales, len(dims) - 2, "--scale")
     click.echo(f"{environment_line(device)}; input {shape}, scale {scale}, median of {runs}", err=True)
-    rows = bench_blocks(dims, scale=scales, device=device, runs=runs,
-                        progress=lambda name: click.echo(f"measuring {name} ...", err=True))
+    rows = bench_blocks(
+        dims,
+        scale=scales,
+        device=device,
+        runs=runs,
+        progress=lambda name: click.echo(f"measuring {name} ...", err=True),
+    )
     emit_rows(rows, BLOCK_COLUMNS, as_json, as_csv)
 
 
@@ -49,8 +52,9 @@ def bench_blocks_command(shape: str, scale: str, device: str, runs: int, as_json
 @click.option("--amp", type=click.Choice(["none", "bf16", "fp16"]), default="none", help="Autocast dtype.")
 @click.option("--channels-last", is_flag=True, help="channels_last memory format.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
-def bench_model_command(recipe: str, input_shape: str | None, device: str, runs: int, amp: str, channels_last: bool,
-                        as_json: bool) -> None:
+def bench_model_command(
+    recipe: str, input_shape: str | None, device: str, runs: int, amp: str, channels_last: bool, as_json: bool
+) -> None:
     """FPS and peak memory (inference, training step, with checkpointing) of RECIPE's model."""
     import torch
 
@@ -76,13 +80,20 @@ def bench_model_command(recipe: str, input_shape: str | None, device: str, runs:
         click.echo(to_json(result))
         return
     click.echo(f"{result['device']}, torch {result['torch']}, {result['threads']} threads; input {shape}")
-    click.echo(f"FPS {result['fps']:.2f} (latency median {result['latency_ms']:.1f} ms, "
-               f"q1-q3 {result['latency_q1_ms']:.1f}-{result['latency_q3_ms']:.1f} ms over {runs} runs)")
-    click.echo(f"peak memory: inference {result['peak_inference_mib']:.0f} MiB, training step "
-               f"{result['peak_train_mib']:.0f} MiB"
-               + (f", with checkpointing {result['peak_train_checkpointing_mib']:.0f} MiB"
-                  if "peak_train_checkpointing_mib" in result else "")
-               + f" ({result['memory_method']})")
+    click.echo(
+        f"FPS {result['fps']:.2f} (latency median {result['latency_ms']:.1f} ms, "
+        f"q1-q3 {result['latency_q1_ms']:.1f}-{result['latency_q3_ms']:.1f} ms over {runs} runs)"
+    )
+    click.echo(
+        f"peak memory: inference {result['peak_inference_mib']:.0f} MiB, training step "
+        f"{result['peak_train_mib']:.0f} MiB"
+        + (
+            f", with checkpointing {result['peak_train_checkpointing_mib']:.0f} MiB"
+            if "peak_train_checkpointing_mib" in result
+            else ""
+        )
+        + f" ({result['memory_method']})"
+    )
     click.echo(f"parameters: {result['params']:,}")
 
 
@@ -90,31 +101,44 @@ def bench_model_command(recipe: str, input_shape: str | None, device: str, runs:
 @click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
 @click.option("--upsamplers", required=True, help="Comma-separated registered names, e.g. transposed,dysample.")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a recipe value.")
-@click.option("--out", "out_dir", default=None, help="Folder for the runs, table and chart [default: runs/compare-<time>].")
+@click.option(
+    "--out", "out_dir", default=None, help="Folder for the runs, table and chart [default: runs/compare-<time>]."
+)
 @click.option("--device", default="cpu", help="Device for the FPS and memory measurements.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV output.")
-def bench_compare_command(recipe: str, upsamplers: str, overrides: tuple[str, ...], out_dir: str | None, device: str,
-                          as_json: bool, as_csv: bool) -> None:
+def bench_compare_command(
+    recipe: str,
+    upsamplers: str,
+    overrides: tuple[str, ...],
+    out_dir: str | None,
+    device: str,
+    as_json: bool,
+    as_csv: bool,
+) -> None:
     """Train and evaluate RECIPE once per upsampler (same budget and seed): upsampler | mIoU | FPS |
     peak memory | params, as a table plus compare.png, compare.csv and compare.json in --out."""
     from pathlib import Path
 
     from upzoo.bench.compare import COMPARE_COLUMNS, bar_chart, compare_upsamplers
+    from upzoo.recipe import load_recipe
     from upzoo.registry import upsampler_info
     from upzoo.tables import render_table
-    from upzoo.recipe import load_recipe
 
     check_device(device)
     names = [n.strip() for n in upsamplers.split(",") if n.strip()]
     if not names:
-        raise UpzooError(f"--upsamplers takes comma-separated block names such as transposed,dysample, got {upsamplers!r}")
+        raise UpzooError(
+            f"--upsamplers takes comma-separated block names such as transposed,dysample, got {upsamplers!r}"
+        )
     if len(set(names)) != len(names):
         raise UpzooError(f"--upsamplers names a block twice: {upsamplers!r}")
     for name in names:  # unknown names and post-filters fail before any training
         if upsampler_info(name).kind != "upsampler":
-            raise UpzooError(f"--upsamplers: {name!r} is a post-filter, not an upsampler; compare it with "
-                             f"--set model.post_filter={name} on one variant")
+            raise UpzooError(
+                f"--upsamplers: {name!r} is a post-filter, not an upsampler; compare it with "
+                f"--set model.post_filter={name} on one variant"
+            )
     loaded = load_recipe(recipe, overrides)
     if loaded.task != "segmentation":
         raise UpzooError("bench compare trains segmentation recipes (mIoU); GAN recipes log checkerboard scores")

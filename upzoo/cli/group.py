@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import click
 
 from upzoo.errors import UpzooError
@@ -41,7 +40,14 @@ def list_command(pattern: str, kind: str | None, as_json: bool) -> None:
     if any(row["name"] == "masked_blur" for row in rows):
         from upzoo.filters.masked_blur import FUSED_CPU_KERNEL
 
-        click.echo("masked_blur on the CPU: " + (
-            "fused C kernel (built at install)" if FUSED_CPU_KERNEL
-            else "PyTorch formulation (the fused kernel was not built at install: no C compiler, or its build failed;"
-            " `pip install -v -e .` shows why)"), err=True)
+        click.echo(
+            "masked_blur on the CPU: "
+            + (
+                "fused C kernel (built at install)"
+                if FUSED_CPU_KERNEL
+                else "PyTorch formulation (the fused kernel was not built at install: no C compiler, "
+                "or its build failed;"
+                " `pip install -v -e .` shows why)"
+            ),
+            err=True,
+        )

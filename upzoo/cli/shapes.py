@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import click
 
 from upzoo.cli.common import load_meta_model, parse_options, parse_scale, parse_shape
@@ -20,11 +19,14 @@ def shapes() -> None:
 @click.argument("name")
 @click.option("--input", "input_shape", required=True, help="Input shape, e.g. 1x32x16x33x47.")
 @click.option("--scale", default="2", help="Int or per-axis, e.g. 1,2,2.")
-@click.option("--out-channels", type=click.IntRange(min=1), default=None, help="Output channels [default: the input's].")
+@click.option(
+    "--out-channels", type=click.IntRange(min=1), default=None, help="Output channels [default: the input's]."
+)
 @click.option("-o", "--option", "options", multiple=True, help="Block option key=value (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def shapes_block(name: str, input_shape: str, scale: str, out_channels: int | None, options: tuple[str, ...],
-                 as_json: bool) -> None:
+def shapes_block(
+    name: str, input_shape: str, scale: str, out_channels: int | None, options: tuple[str, ...], as_json: bool
+) -> None:
     """Output shape of registered block NAME for an input shape (analytic, no forward pass, and the
     block is built on the meta device: no memory for its weights)."""
     import torch
@@ -37,8 +39,12 @@ def shapes_block(name: str, input_shape: str, scale: str, out_channels: int | No
     info = upsampler_info(name)
     with torch.device("meta"):
         block = create_upsampler(
-            name, spatial_dims=len(shape) - 2, in_channels=shape[1], out_channels=out_channels or shape[1],
-            scale=1 if info.kind == "post_filter" else parse_scale(scale), **parse_options(options),
+            name,
+            spatial_dims=len(shape) - 2,
+            in_channels=shape[1],
+            out_channels=out_channels or shape[1],
+            scale=1 if info.kind == "post_filter" else parse_scale(scale),
+            **parse_options(options),
         )
     out = block.output_shape(shape)
     if as_json:
@@ -78,8 +84,10 @@ def shapes_model(recipe: str, input_shape: str, as_json: bool) -> None:
     total = sum(r.params for r in rows)
     click.echo(f"{len(rows)} layers, {total:,} parameters in the traced layers", err=True)
     if padded_to is not None:
-        click.echo(f"input {format_shape(shape)} is not a valid size: the model pads it to {format_shape(padded_to)}, "
-                   f"the layers above run at that size, and the output is cropped back to {format_shape(output)}")
+        click.echo(
+            f"input {format_shape(shape)} is not a valid size: the model pads it to {format_shape(padded_to)}, "
+            f"the layers above run at that size, and the output is cropped back to {format_shape(output)}"
+        )
     else:
         click.echo(f"output: {format_shape(output)}")
 
@@ -98,17 +106,25 @@ def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: in
         raise UpzooError("give exactly one of --size and --range")
     model = load_meta_model(recipe)
     if not hasattr(model, "encoder"):
-        raise UpzooError(f"{recipe}: shapes check answers for segmentation models with spatial inputs; "
-                         f"a {type(model).__name__} takes latent vectors (use shapes model --input BxLATENT)")
+        raise UpzooError(
+            f"{recipe}: shapes check answers for segmentation models with spatial inputs; "
+            f"a {type(model).__name__} takes latent vectors (use shapes model --input BxLATENT)"
+        )
     solver = ShapeSolver(model)
     rules = [solver.rule(a) for a in range(solver.spatial_dims)]
     policy = getattr(model, "input_policy", None)
-    result: dict = {"path": solver.path, "reason": solver.reason or None, "input_policy": policy,
-                    "rules": [r.describe() if r else "irregular" for r in rules]}
+    result: dict = {
+        "path": solver.path,
+        "reason": solver.reason or None,
+        "input_policy": policy,
+        "rules": [r.describe() if r else "irregular" for r in rules],
+    }
     if size is not None:
         checks = solver.check(parse_shape(size, "--size"))
-        result["axes"] = [{"axis": c.axis, "size": c.size, "valid": c.valid, "below": c.below, "above": c.above,
-                           "padding": c.padding} for c in checks]
+        result["axes"] = [
+            {"axis": c.axis, "size": c.size, "valid": c.valid, "below": c.below, "above": c.above, "padding": c.padding}
+            for c in checks
+        ]
     else:
         low, _, high = size_range.partition(":")
         try:
@@ -127,8 +143,11 @@ def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: in
         click.echo(f"axis {a}: {rule}")
     if "axes" in result:
         for c in result["axes"]:
-            verdict = "valid" if c["valid"] else (
-                f"invalid; nearest valid: {c['below']} below, {c['above']} above (pad {c['padding']})")
+            verdict = (
+                "valid"
+                if c["valid"]
+                else (f"invalid; nearest valid: {c['below']} below, {c['above']} above (pad {c['padding']})")
+            )
             click.echo(f"size {c['size']} on axis {c['axis']}: {verdict}")
         if policy == "pad" and not all(c["valid"] for c in result["axes"]):
             click.echo("input_policy 'pad': the model pads such inputs to the sizes above and crops the output back")
@@ -142,10 +161,13 @@ def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: in
 @click.option("--out", "out_size", type=click.IntRange(min=1), default=None, help="Wanted output size.")
 @click.option("--scale", type=click.IntRange(min=1), default=None, help="Wanted scale instead of --out.")
 @click.option("--stride", type=click.IntRange(min=1), required=True, help="Stride of the transposed conv.")
-@click.option("--max-kernel", type=click.IntRange(min=1), default=None, help="Largest kernel to consider [default: 2*stride+1].")
+@click.option(
+    "--max-kernel", type=click.IntRange(min=1), default=None, help="Largest kernel to consider [default: 2*stride+1]."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def shapes_solve(in_size: int, out_size: int | None, scale: int | None, stride: int, max_kernel: int | None,
-                 as_json: bool) -> None:
+def shapes_solve(
+    in_size: int, out_size: int | None, scale: int | None, stride: int, max_kernel: int | None, as_json: bool
+) -> None:
     """Transposed-conv (kernel, padding, output_padding, dilation) reaching an exact output size."""
     from upzoo.shapes import solve_transposed
     from upzoo.tables import render_table
@@ -156,8 +178,10 @@ def shapes_solve(in_size: int, out_size: int | None, scale: int | None, stride: 
         click.echo(to_json(rows))
         return
     if not rows:
-        raise UpzooError(f"no transposed conv with stride {stride} turns {in_size} into "
-                         f"{out_size or in_size * (scale or 1)}; try another stride or a larger --max-kernel")
+        raise UpzooError(
+            f"no transposed conv with stride {stride} turns {in_size} into "
+            f"{out_size or in_size * (scale or 1)}; try another stride or a larger --max-kernel"
+        )
     for row in rows:
         row["checkerboard risk"] = "yes (uneven overlap)" if row.pop("uneven_overlap") else "no"
     click.echo(render_table(rows, ["kernel_size", "padding", "output_padding", "dilation", "checkerboard risk"]))

@@ -16,24 +16,51 @@ def _launch_torchrun(nproc: int, args: list[str]) -> int:
     """Re-run this command under torchrun with ``nproc`` processes (gloo on CPU, NCCL on CUDA)."""
     import subprocess
 
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "upzoo", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "upzoo",
+        *args,
+    ]
     click.echo(f"launching: {' '.join(command)}", err=True)
     return subprocess.call(command)
 
 
 @cli.command("train")
 @click.argument("recipe", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
-              help="Override a recipe value, e.g. --set model.upsampler=pixel_shuffle (repeatable).")
-@click.option("--resume", "resume_dir", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Continue the run in this folder from its last.pt.")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="Override a recipe value, e.g. --set model.upsampler=pixel_shuffle (repeatable).",
+)
+@click.option(
+    "--resume",
+    "resume_dir",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="Continue the run in this folder from its last.pt.",
+)
 @click.option("--out", "out_dir", default=None, help="Run folder [default: runs/<recipe>-<time>].")
-@click.option("--nproc", type=click.IntRange(min=1), default=1, help="Processes for DistributedDataParallel (launches torchrun).")
+@click.option(
+    "--nproc", type=click.IntRange(min=1), default=1, help="Processes for DistributedDataParallel (launches torchrun)."
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
-def train_command(recipe: str | None, overrides: tuple[str, ...], resume_dir: str | None, out_dir: str | None,
-                  nproc: int, no_progress: bool, as_json: bool) -> None:
+def train_command(
+    recipe: str | None,
+    overrides: tuple[str, ...],
+    resume_dir: str | None,
+    out_dir: str | None,
+    nproc: int,
+    no_progress: bool,
+    as_json: bool,
+) -> None:
     """Train RECIPE (segmentation or GAN) into a run folder, or --resume one.
 
     The run folder holds recipe.yaml (resolved), metrics.csv, last.pt (and best.pt for
@@ -72,34 +99,46 @@ def train_command(recipe: str | None, overrides: tuple[str, ...], resume_dir: st
         click.echo(f"steps: {summary['steps']} of {summary['total_steps']}")
         val = summary.get("val") or {}
         if val:
-            click.echo(f"val mIoU: {val['miou']:.4f}  pixel accuracy: {val['pixel_accuracy']:.4f}  "
-                       f"mean Dice: {val['mean_dice']:.4f}  (best mIoU {summary['best_miou']:.4f})")
+            click.echo(
+                f"val mIoU: {val['miou']:.4f}  pixel accuracy: {val['pixel_accuracy']:.4f}  "
+                f"mean Dice: {val['mean_dice']:.4f}  (best mIoU {summary['best_miou']:.4f})"
+            )
         if "checkerboard" in summary:
             click.echo(f"checkerboard score of the samples: {summary['checkerboard']:.4f}")
     if summary["interrupted"]:
-        click.echo(f"interrupted at step {summary['steps']}; continue with: upzoo train --resume {summary['run_dir']}",
-                   err=True)
+        click.echo(
+            f"interrupted at step {summary['steps']}; continue with: upzoo train --resume {summary['run_dir']}",
+            err=True,
+        )
         sys.exit(130)
 
 
 @cli.command("eval")
 @click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
-@click.option("--checkpoint", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="A last.pt or best.pt of a run of this recipe.")
+@click.option(
+    "--checkpoint",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A last.pt or best.pt of a run of this recipe.",
+)
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a recipe value.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def eval_command(recipe: str, checkpoint: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Evaluate a segmentation CHECKPOINT on RECIPE's validation split: per-class IoU, mIoU, Dice."""
     from upzoo.eval import evaluate_checkpoint
-    from upzoo.tables import render_table
     from upzoo.recipe import load_recipe
+    from upzoo.tables import render_table
 
     result = evaluate_checkpoint(load_recipe(recipe, overrides), checkpoint)
     if as_json:
         click.echo(to_json(result))
         return
-    rows = [{"class": name, "IoU": iou, "Dice": dice}
-            for name, iou, dice in zip(result["class_names"], result["per_class_iou"], result["per_class_dice"])]
+    rows = [
+        {"class": name, "IoU": iou, "Dice": dice}
+        for name, iou, dice in zip(result["class_names"], result["per_class_iou"], result["per_class_dice"])
+    ]
     click.echo(render_table(rows, ["class", "IoU", "Dice"]))
-    click.echo(f"\nmIoU {result['miou']:.4f}  pixel accuracy {result['pixel_accuracy']:.4f}  "
-               f"mean Dice {result['mean_dice']:.4f}  ({result['samples']} validation samples)")
+    click.echo(
+        f"\nmIoU {result['miou']:.4f}  pixel accuracy {result['pixel_accuracy']:.4f}  "
+        f"mean Dice {result['mean_dice']:.4f}  ({result['samples']} validation samples)"
+    )

@@ -4,9 +4,10 @@ official layout ``leftImg8bit/{split}/{city}/*_leftImg8bit.png`` + ``gtFine/{spl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -16,8 +17,17 @@ from upzoo.data.io import read_image, read_label
 from upzoo.data.seeding import reseed
 from upzoo.errors import DataError
 
-__all__ = ["Label", "LABELS", "CLASS_NAMES", "PALETTE", "IGNORE_INDEX", "to_train_ids", "CityscapesDataset",
-           "CityscapesPair", "find_pairs"]
+__all__ = [
+    "Label",
+    "LABELS",
+    "CLASS_NAMES",
+    "PALETTE",
+    "IGNORE_INDEX",
+    "to_train_ids",
+    "CityscapesDataset",
+    "CityscapesPair",
+    "find_pairs",
+]
 
 IGNORE_INDEX = 255
 
@@ -91,7 +101,9 @@ def to_train_ids(label_ids: T) -> T:
     if isinstance(label_ids, torch.Tensor):
         bad = label_ids[(label_ids < -1) | (label_ids > 33)]
         if bad.numel():
-            raise DataError(f"label ids outside the Cityscapes table (-1..33): {sorted(set(bad.unique().tolist()))[:10]}")
+            raise DataError(
+                f"label ids outside the Cityscapes table (-1..33): {sorted(set(bad.unique().tolist()))[:10]}"
+            )
         lut = torch.from_numpy(_LUT.astype(np.int64)).to(label_ids.device)
         return lut[label_ids.long() + 1]
     ids = np.asarray(label_ids)
@@ -119,7 +131,8 @@ def find_pairs(root: str | Path, split: str) -> list[CityscapesPair]:
     for folder in (images_dir, labels_dir):
         if not folder.is_dir():
             raise DataError(
-                f"missing folder {folder}: a Cityscapes root holds leftImg8bit/{split}/<city>/ and gtFine/{split}/<city>/"
+                f"missing folder {folder}: a Cityscapes root holds leftImg8bit/{split}/<city>/ and "
+                f"gtFine/{split}/<city>/"
             )
     pairs = []
     for image in sorted(images_dir.glob("*/*_leftImg8bit.png")):
@@ -168,7 +181,9 @@ class CityscapesDataset(Dataset):
         image = read_image(pair.image)
         label = read_label(pair.label)
         if label.shape != image.shape[:2]:
-            raise DataError(f"{pair.label}: label size {label.shape} does not match image {pair.image} {image.shape[:2]}")
+            raise DataError(
+                f"{pair.label}: label size {label.shape} does not match image {pair.image} {image.shape[:2]}"
+            )
         if pair.train_ids:
             bad = np.unique(label[(label > 18) & (label != IGNORE_INDEX)])
             if bad.size:

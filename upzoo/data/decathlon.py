@@ -24,8 +24,10 @@ def resolve_inside(root: Path, entry: Any, where: str, *, allow_outside: bool) -
         raise DataError(f"{where}: expected a file path (string), got {entry!r}")
     path = (root / entry).resolve()
     if not allow_outside and not path.is_relative_to(root.resolve()):
-        raise DataError(f"{where}: {entry!r} points outside the dataset folder {root}; move the file into it or set "
-                        f"data.allow_outside_root: true")
+        raise DataError(
+            f"{where}: {entry!r} points outside the dataset folder {root}; move the file into it or set "
+            f"data.allow_outside_root: true"
+        )
     return path
 
 
@@ -33,8 +35,9 @@ def _check_labels(labels: Any, listing: Path) -> list[str] | None:
     if labels is None:
         return None
     if not isinstance(labels, dict) or not labels:
-        raise DataError(f"{listing}: 'labels' must map class indices to names, e.g. {{\"0\": \"background\"}}, "
-                        f"got {labels!r}")
+        raise DataError(
+            f'{listing}: \'labels\' must map class indices to names, e.g. {{"0": "background"}}, got {labels!r}'
+        )
     try:
         indices = sorted(int(k) for k in labels)
     except ValueError:
@@ -47,9 +50,11 @@ def _check_labels(labels: Any, listing: Path) -> list[str] | None:
 def _check_spacing(spacing: Any, listing: Path) -> tuple[float, ...] | None:
     if spacing is None:
         return None
-    ok = (isinstance(spacing, list) and len(spacing) == 3
-          and all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-                  for v in spacing))
+    ok = (
+        isinstance(spacing, list)
+        and len(spacing) == 3
+        and all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in spacing)
+    )
     if not ok:
         raise DataError(f"{listing}: 'spacing' must be three positive numbers in mm (D, H, W), got {spacing!r}")
     return tuple(float(v) for v in spacing)
@@ -81,5 +86,10 @@ def read_dataset_json(listing: Path) -> dict[str, Any]:
     count = meta.get("validation_count")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
         raise DataError(f"{listing}: 'validation_count' must be a whole number, got {count!r}")
-    return {"training": training, "test": test, "labels": _check_labels(meta.get("labels"), listing),
-            "spacing": _check_spacing(meta.get("spacing"), listing), "validation_count": count}
+    return {
+        "training": training,
+        "test": test,
+        "labels": _check_labels(meta.get("labels"), listing),
+        "spacing": _check_spacing(meta.get("spacing"), listing),
+        "validation_count": count,
+    }

@@ -32,7 +32,11 @@ class DataBundle:
 
 
 def build_datasets(
-    data: Any, *, task: str, resolution: int | None = None, num_classes: int | None = None,
+    data: Any,
+    *,
+    task: str,
+    resolution: int | None = None,
+    num_classes: int | None = None,
     in_channels: int | None = None,
 ) -> DataBundle:
     """Datasets for ``data`` (a :class:`~upzoo.recipe.DataConfig`).
@@ -40,53 +44,91 @@ def build_datasets(
     Raises:
         ConfigError: a data kind that does not fit the task. DataError: problems with the files.
     """
-    from upzoo.data import transforms as T
-    from upzoo.data.synthetic import ensure_synthetic_cityscapes, ensure_synthetic_volumes
-
     if task == "gan":
-        from upzoo.data.images import ImageFolderDataset
-
-        if data.kind == "volumes":
-            raise ConfigError("data.kind 'volumes' does not fit a GAN recipe; use 'images' or 'cityscapes'")
-        if data.root is not None:
-            root = Path(data.root)
-            folder = root / "leftImg8bit" / data.train_split if data.kind == "cityscapes" else root
-        else:
-            root = ensure_synthetic_cityscapes(data.cache_dir, train=data.synthetic_train, val=data.synthetic_val,
-                                               size=data.synthetic_size or IMAGE_SIZE, seed=data.synthetic_seed)
-            folder = root / "leftImg8bit" / "train"
-        train = ImageFolderDataset(folder, T.gan_images(int(resolution), train=True, augment=data.augment))
-        return DataBundle(train=train, val=None, root=root)
-
+        return _gan_images(data, int(resolution))
     if data.kind == "cityscapes":
-        from upzoo.data.cityscapes import CLASS_NAMES, IGNORE_INDEX, CityscapesDataset
+        return _cityscapes(data)
+    if data.kind == "volumes":
+        return _volumes(data, num_classes, in_channels)
+    raise ConfigError(f"data.kind {data.kind!r} does not fit a segmentation recipe; use 'cityscapes' or 'volumes'")
 
-        normalize = _normalization(data.normalize, IMAGE_NORMALIZATIONS, "images")
-        root = Path(data.root) if data.root is not None else ensure_synthetic_cityscapes(
-            data.cache_dir, train=data.synthetic_train, val=data.synthetic_val, size=data.synthetic_size or IMAGE_SIZE,
-            seed=data.synthetic_seed)
-        train = CityscapesDataset(root, data.train_split, T.segmentation_2d(
-            data.crop_size, train=True, normalize=normalize, augment=data.augment, resize=data.resize))
-        val = CityscapesDataset(root, data.val_split, T.segmentation_2d(
-            None, train=False, normalize=normalize, resize=data.resize))
-        return DataBundle(train, val, root, len(CLASS_NAMES), list(CLASS_NAMES), IGNORE_INDEX)
+
+def _street_scenes(data: Any) -> Path:
+    """The embedded Cityscapes-style scenes for ``data`` (generated once)."""
+    from upzoo.data.synthetic import ensure_synthetic_cityscapes
+
+    return ensure_synthetic_cityscapes(
+        data.cache_dir,
+        train=data.synthetic_train,
+        val=data.synthetic_val,
+        size=data.synthetic_size or IMAGE_SIZE,
+        seed=data.synthetic_seed,
+    )
+
+
+def _gan_images(data: Any, resolution: int) -> DataBundle:
+    from upzoo.data import transforms as T
+    from upzoo.data.images import ImageFolderDataset
 
     if data.kind == "volumes":
-        from upzoo.data.volumes import VolumeDataset
+        raise ConfigError("data.kind 'volumes' does not fit a GAN recipe; use 'images' or 'cityscapes'")
+    if data.root is not None:
+        root = Path(data.root)
+        folder = root / "leftImg8bit" / data.train_split if data.kind == "cityscapes" else root
+    else:
+        root = _street_scenes(data)
+        folder = root / "leftImg8bit" / "train"
+    train = ImageFolderDataset(folder, T.gan_images(resolution, train=True, augment=data.augment))
+    return DataBundle(train=train, val=None, root=root)
 
-        root = Path(data.root) if data.root is not None else ensure_synthetic_volumes(
-            data.cache_dir, train=data.synthetic_train, val=data.synthetic_val, shape=data.synthetic_size or VOLUME_SIZE,
-            spacing=data.synthetic_spacing, seed=data.synthetic_seed)
-        common = dict(normalize=_normalization(data.normalize, VOLUME_NORMALIZATIONS, "volumes"),
-                      ct_window=data.ct_window, num_classes=num_classes, channels=in_channels,
-                      allow_outside_root=data.allow_outside_root)
-        train = VolumeDataset(root, "train", patch_size=data.crop_size, foreground_ratio=data.foreground_ratio,
-                              transform=T.volume_3d(train=True, augment=data.augment), **common)
-        val = VolumeDataset(root, "val", **common)
-        classes = train.num_classes or num_classes
-        return DataBundle(train, val, root, classes, train.class_names, 255, train.spacing(0))
 
-    raise ConfigError(f"data.kind {data.kind!r} does not fit a segmentation recipe; use 'cityscapes' or 'volumes'")
+def _cityscapes(data: Any) -> DataBundle:
+    from upzoo.data import transforms as T
+    from upzoo.data.cityscapes import CLASS_NAMES, IGNORE_INDEX, CityscapesDataset
+
+    normalize = _normalization(data.normalize, IMAGE_NORMALIZATIONS, "images")
+    root = Path(data.root) if data.root is not None else _street_scenes(data)
+    train_transform = T.segmentation_2d(
+        data.crop_size, train=True, normalize=normalize, augment=data.augment, resize=data.resize
+    )
+    train = CityscapesDataset(root, data.train_split, train_transform)
+    val = CityscapesDataset(
+        root, data.val_split, T.segmentation_2d(None, train=False, normalize=normalize, resize=data.resize)
+    )
+    return DataBundle(train, val, root, len(CLASS_NAMES), list(CLASS_NAMES), IGNORE_INDEX)
+
+
+def _volumes(data: Any, num_classes: int | None, in_channels: int | None) -> DataBundle:
+    from upzoo.data import transforms as T
+    from upzoo.data.synthetic import ensure_synthetic_volumes
+    from upzoo.data.volumes import VolumeDataset
+
+    root = (
+        Path(data.root)
+        if data.root is not None
+        else ensure_synthetic_volumes(
+            data.cache_dir,
+            train=data.synthetic_train,
+            val=data.synthetic_val,
+            shape=data.synthetic_size or VOLUME_SIZE,
+            spacing=data.synthetic_spacing,
+            seed=data.synthetic_seed,
+        )
+    )
+    common = dict(
+        normalize=_normalization(data.normalize, VOLUME_NORMALIZATIONS, "volumes"),
+        ct_window=data.ct_window,
+        num_classes=num_classes,
+        channels=in_channels,
+        allow_outside_root=data.allow_outside_root,
+    )
+    transform = T.volume_3d(train=True, augment=data.augment)
+    train = VolumeDataset(
+        root, "train", patch_size=data.crop_size, foreground_ratio=data.foreground_ratio, transform=transform, **common
+    )
+    val = VolumeDataset(root, "val", **common)
+    classes = train.num_classes or num_classes
+    return DataBundle(train, val, root, classes, train.class_names, 255, train.spacing(0))
 
 
 def _normalization(choice: str | None, allowed: tuple[str, ...], what: str) -> str:

@@ -21,8 +21,10 @@ def _open(path: Path) -> Image.Image:
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except Image.DecompressionBombError as exc:
-        raise DataError(f"{path}: the image header claims more pixels than upzoo reads safely ({exc}); "
-                        f"check the file, or raise PIL.Image.MAX_IMAGE_PIXELS if it is genuine") from None
+        raise DataError(
+            f"{path}: the image header claims more pixels than upzoo reads safely ({exc}); "
+            f"check the file, or raise PIL.Image.MAX_IMAGE_PIXELS if it is genuine"
+        ) from None
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
         raise DataError(f"{path}: unreadable or truncated image ({exc})") from None
 

@@ -4,7 +4,8 @@ worker traceback ("Caught DataError in DataLoader worker process 0 ...") as its 
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 from upzoo.errors import UpzooError
 

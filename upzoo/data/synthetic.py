@@ -21,15 +21,21 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from upzoo.data.io import write_png
 from upzoo.errors import ConfigError
 
-__all__ = ["default_cache_dir", "ensure_synthetic_cityscapes", "ensure_synthetic_volumes", "street_scene", "organ_volume"]
+__all__ = [
+    "default_cache_dir",
+    "ensure_synthetic_cityscapes",
+    "ensure_synthetic_volumes",
+    "street_scene",
+    "organ_volume",
+]
 
 _MARKER = "COMPLETE.json"
 
@@ -50,8 +56,10 @@ def _cached(kind: str, params: dict, cache_dir: str | Path | None, write) -> Pat
         lock = open(root.parent / f".{root.name}.lock", "w")
     except OSError as exc:
         reason = "it is a file" if root.parent.is_file() else exc.strerror or str(exc)
-        raise ConfigError(f"cannot write the synthetic data into data.cache_dir {str(root.parent)!r}: {reason}; "
-                          f"give a writable folder (or set UPZOO_CACHE)") from None
+        raise ConfigError(
+            f"cannot write the synthetic data into data.cache_dir {str(root.parent)!r}: {reason}; "
+            f"give a writable folder (or set UPZOO_CACHE)"
+        ) from None
     with lock:  # one writer (DDP ranks, parallel runs)
         fcntl.flock(lock, fcntl.LOCK_EX)
         if marker.is_file():  # another process finished it while we waited
@@ -232,7 +240,7 @@ def _person(s: _Scene, t_: float) -> None:
     px = (l - rng.uniform(0.2, 0.8) * wk) if on_left else (r + rng.uniform(0.2, 0.8) * wk)
     ph = (0.12 + 0.35 * t_) * s.h
     pw = ph * 0.28
-    legs = (np.abs(xx - px) < pw * 0.35) & (yy <= gy) & (yy > gy - 0.45 * ph) & ((np.abs(xx - px) > pw * 0.06))
+    legs = (np.abs(xx - px) < pw * 0.35) & (yy <= gy) & (yy > gy - 0.45 * ph) & (np.abs(xx - px) > pw * 0.06)
     torso = (np.abs(xx - px) < pw * 0.5) & (yy <= gy - 0.4 * ph) & (yy > gy - 0.82 * ph)
     head = (xx - px) ** 2 + (yy - (gy - 0.9 * ph)) ** 2 < (0.1 * ph) ** 2
     s.paint(legs, rng.uniform(20, 120, 3), 24)
@@ -294,8 +302,9 @@ def organ_volume(
     d, h, w = (int(s) for s in shape)
     zz, yy, xx = np.meshgrid(*(np.arange(n) * sp for n, sp in zip((d, h, w), spacing)), indexing="ij")
     extent = np.array([d, h, w]) * np.asarray(spacing)
-    body = ((zz - extent[0] / 2) / (extent[0] * 0.7)) ** 2 + ((yy - extent[1] / 2) / (extent[1] * 0.42)) ** 2 \
-        + ((xx - extent[2] / 2) / (extent[2] * 0.45)) ** 2 < 1
+    body = ((zz - extent[0] / 2) / (extent[0] * 0.7)) ** 2 + ((yy - extent[1] / 2) / (extent[1] * 0.42)) ** 2 + (
+        (xx - extent[2] / 2) / (extent[2] * 0.45)
+    ) ** 2 < 1
     vol = np.where(body, 20.0, -900.0)
     labels = np.zeros((d, h, w), np.uint8)
     means = {1: 60.0, 2: 110.0, 3: 45.0}
@@ -304,8 +313,9 @@ def organ_volume(
             center = extent * rng.uniform(0.3, 0.7, 3)
             radii = extent.max() * scale * rng.uniform(0.7, 1.3, 3)
             radii[0] = max(radii[0], 2.5 * spacing[0])  # at least a few slices thick
-            inside = ((zz - center[0]) / radii[0]) ** 2 + ((yy - center[1]) / radii[1]) ** 2 \
-                + ((xx - center[2]) / radii[2]) ** 2 < 1
+            inside = ((zz - center[0]) / radii[0]) ** 2 + ((yy - center[1]) / radii[1]) ** 2 + (
+                (xx - center[2]) / radii[2]
+            ) ** 2 < 1
             inside &= body
             labels[inside] = cls
             vol[inside] = means[cls] + rng.normal(0, 8)
@@ -338,13 +348,18 @@ def ensure_synthetic_volumes(
             write_nifti(root / "imagesTr" / name, volume, spacing)
             write_nifti(root / "labelsTr" / name, labels, spacing)
             entries.append({"image": f"./imagesTr/{name}", "label": f"./labelsTr/{name}"})
-        (root / "dataset.json").write_text(json.dumps({
-            "name": "upzoo synthetic organs",
-            "modality": {"0": "CT"},
-            "labels": {str(i): n for i, n in enumerate(ORGAN_NAMES)},
-            "numTraining": len(entries),
-            "training": entries,
-            "validation_count": val,
-        }, indent=2))
+        (root / "dataset.json").write_text(
+            json.dumps(
+                {
+                    "name": "upzoo synthetic organs",
+                    "modality": {"0": "CT"},
+                    "labels": {str(i): n for i, n in enumerate(ORGAN_NAMES)},
+                    "numTraining": len(entries),
+                    "training": entries,
+                    "validation_count": val,
+                },
+                indent=2,
+            )
+        )
 
     return _cached("volumes-synthetic", params, cache_dir, write)

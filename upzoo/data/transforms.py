@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # albumentations checks for updates at import
 
@@ -29,7 +30,11 @@ def _normalize(mode: Literal["imagenet", "minmax"]) -> list:
 
 
 def segmentation_2d(
-    crop_size: Sequence[int] | None, *, train: bool, normalize: str = "imagenet", augment: bool = True,
+    crop_size: Sequence[int] | None,
+    *,
+    train: bool,
+    normalize: str = "imagenet",
+    augment: bool = True,
     resize: Sequence[int] | None = None,
 ) -> A.Compose:
     """Train: random scale 0.75-1.5, pad (ignore label) + random crop to ``crop_size``, flip, colour
@@ -38,12 +43,17 @@ def segmentation_2d(
     if resize is not None:
         steps.append(A.Resize(int(resize[0]), int(resize[1]), interpolation=cv2.INTER_LINEAR))
     if train and augment:
-        steps += [A.RandomScale(scale_limit=(-0.25, 0.5), p=1.0), A.HorizontalFlip(),
-                  A.ColorJitter(brightness=0.25, contrast=0.25, saturation=0.25, hue=0.02, p=0.8)]
+        steps += [
+            A.RandomScale(scale_limit=(-0.25, 0.5), p=1.0),
+            A.HorizontalFlip(),
+            A.ColorJitter(brightness=0.25, contrast=0.25, saturation=0.25, hue=0.02, p=0.8),
+        ]
     if train and crop_size is not None:
         h, w = int(crop_size[0]), int(crop_size[1])
-        steps += [A.PadIfNeeded(min_height=h, min_width=w, border_mode=cv2.BORDER_CONSTANT, fill=0,
-                                fill_mask=IGNORE_INDEX), A.RandomCrop(h, w)]
+        steps += [
+            A.PadIfNeeded(min_height=h, min_width=w, border_mode=cv2.BORDER_CONSTANT, fill=0, fill_mask=IGNORE_INDEX),
+            A.RandomCrop(h, w),
+        ]
     return A.Compose(steps + _normalize(normalize) + [ToTensorV2()])
 
 

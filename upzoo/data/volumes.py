@@ -10,9 +10,10 @@ typical scan comes first and its spacing is ``spacing[0]`` (``5.0`` in a 5.0 x 0
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -23,7 +24,13 @@ from upzoo.data.seeding import reseed
 from upzoo.errors import DataError
 
 __all__ = [
-    "read_volume", "write_nifti", "VolumeCase", "find_cases", "validation_split", "normalize_intensity", "sample_patch",
+    "read_volume",
+    "write_nifti",
+    "VolumeCase",
+    "find_cases",
+    "validation_split",
+    "normalize_intensity",
+    "sample_patch",
     "VolumeDataset",
 ]
 
@@ -56,8 +63,11 @@ def read_volume(path: str | Path) -> tuple[np.ndarray, tuple[float, ...]]:
             image = nib.load(str(path))
             array = np.asarray(image.dataobj)
             zooms = tuple(float(f"{float(z):.6g}") for z in image.header.get_zooms()[:3])  # float32 headers
-            array = array.transpose(tuple(range(array.ndim - 1, -1, -1))) if array.ndim == 3 else \
-                array.transpose(3, 2, 1, 0)  # (x, y, z[, c]) -> ([c,] z, y, x)
+            array = (
+                array.transpose(tuple(range(array.ndim - 1, -1, -1)))
+                if array.ndim == 3
+                else array.transpose(3, 2, 1, 0)
+            )  # (x, y, z[, c]) -> ([c,] z, y, x)
             spacing = zooms[::-1]
     except DataError:
         raise
@@ -106,8 +116,10 @@ def find_cases(root: str | Path, *, allow_outside_root: bool = False) -> tuple[l
     if listing.is_file():
         meta = read_dataset_json(listing)
         for i, entry in enumerate(meta["training"]):
-            image, label = (resolve_inside(root, entry[k], f"{listing}: training[{i}].{k}",
-                                           allow_outside=allow_outside_root) for k in ("image", "label"))
+            image, label = (
+                resolve_inside(root, entry[k], f"{listing}: training[{i}].{k}", allow_outside=allow_outside_root)
+                for k in ("image", "label")
+            )
             cases.append(VolumeCase(image, label))
     else:
         for images, labels in (("imagesTr", "labelsTr"), ("images", "labels")):
@@ -120,7 +132,9 @@ def find_cases(root: str | Path, *, allow_outside_root: bool = False) -> tuple[l
     for case in cases:
         for kind, path in (("image", case.image), ("label", case.label)):
             if not path.is_file():
-                raise DataError(f"{kind} {path} does not exist" + (f" (for image {case.image})" if kind == "label" else ""))
+                raise DataError(
+                    f"{kind} {path} does not exist" + (f" (for image {case.image})" if kind == "label" else "")
+                )
     if not cases:
         raise DataError(f"{root}: no labelled volumes found")
     return cases, meta
@@ -137,12 +151,16 @@ def validation_split(count: int | None, total: int, where: str) -> int:
         count = max(1, round(0.2 * total))
     if not 1 <= count <= total - 1:
         need = "; a dataset needs at least 2 cases (one to train on, one to validate)" if total < 2 else ""
-        raise DataError(f"{where}: validation_count must be in 1..{total - 1} for {total} cases so that validation "
-                        f"never sees training cases, got {count}{need}")
+        raise DataError(
+            f"{where}: validation_count must be in 1..{total - 1} for {total} cases so that validation "
+            f"never sees training cases, got {count}{need}"
+        )
     return count
 
 
-def normalize_intensity(volume: np.ndarray, mode: Normalization, window: Sequence[float] = (-1000.0, 1000.0)) -> np.ndarray:
+def normalize_intensity(
+    volume: np.ndarray, mode: Normalization, window: Sequence[float] = (-1000.0, 1000.0)
+) -> np.ndarray:
     """``zscore`` (over the volume), ``ct`` (clip to ``window``, scale to [0, 1]), ``minmax``, ``none``."""
     if mode == "zscore":
         return (volume - volume.mean()) / max(float(volume.std()), 1e-6)
@@ -222,7 +240,7 @@ class VolumeDataset(Dataset):
         if split not in ("train", "val"):
             raise DataError(f"split must be 'train' or 'val' for volumes, got {split!r}")
         val_count = validation_split(meta["validation_count"], len(cases), str(root))
-        self.cases = cases[: len(cases) - val_count] if split == "train" else cases[len(cases) - val_count:]
+        self.cases = cases[: len(cases) - val_count] if split == "train" else cases[len(cases) - val_count :]
         self.class_names = meta["labels"]
         self.num_classes = len(self.class_names) if self.class_names else num_classes
         self.channels = channels
@@ -245,14 +263,20 @@ class VolumeDataset(Dataset):
         if image.ndim == 3:
             image = image[None]
         if self.channels is not None and image.shape[0] != self.channels:
-            raise DataError(f"{case.image}: a volume with {image.shape[0]} channel(s), but the model takes "
-                            f"{self.channels} (model.in_channels)")
+            raise DataError(
+                f"{case.image}: a volume with {image.shape[0]} channel(s), but the model takes "
+                f"{self.channels} (model.in_channels)"
+            )
         if label.ndim != 3 or label.shape != image.shape[1:]:
-            raise DataError(f"{case.label}: label shape {label.shape} does not match image {case.image} {image.shape[1:]}")
+            raise DataError(
+                f"{case.label}: label shape {label.shape} does not match image {case.image} {image.shape[1:]}"
+            )
         classes = self.num_classes or 256
         if label.min() < 0 or label.max() >= classes or np.any(label != np.round(label)):
-            raise DataError(f"{case.label}: labels must be whole numbers in 0..{classes - 1} (the classes of "
-                            f"dataset.json or model.num_classes), got values in {label.min():g}..{label.max():g}")
+            raise DataError(
+                f"{case.label}: labels must be whole numbers in 0..{classes - 1} (the classes of "
+                f"dataset.json or model.num_classes), got values in {label.min():g}..{label.max():g}"
+            )
         image = np.stack([normalize_intensity(c, self.normalize, self.ct_window) for c in image]).astype(np.float32)
         return image, label.astype(np.uint8 if classes <= 256 else np.int64), self.spacing_override or spacing
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import torch
 
@@ -33,12 +34,17 @@ try:
 except ImportError:  # built without a C compiler: the PyTorch formulation serves every call
     _cpu_kernel = None
 
-__all__ = ["masked_gaussian_blur", "MaskedGaussianBlur", "gaussian_taps", "Border", "FUSED_CPU_KERNEL",
-           "pytorch_formulation"]
+__all__ = [
+    "masked_gaussian_blur",
+    "MaskedGaussianBlur",
+    "gaussian_taps",
+    "Border",
+    "FUSED_CPU_KERNEL",
+    "pytorch_formulation",
+]
 
 #: Whether the fused CPU kernel was built (``pip install`` compiles it when a C compiler is present).
 FUSED_CPU_KERNEL = _cpu_kernel is not None
-
 
 
 @contextlib.contextmanager
@@ -128,9 +134,7 @@ def _check_options(
     if any(k % 2 == 0 for k in sizes):
         raise ConfigError(f"kernel_size must be odd on every axis, got {sizes}")
     sigmas = tuple(sigma) if isinstance(sigma, (tuple, list)) else (sigma,) * n
-    if len(sigmas) != n or any(
-        s is not None and not (_is_number(s) and s > 0) for s in sigmas
-    ):
+    if len(sigmas) != n or any(s is not None and not (_is_number(s) and s > 0) for s in sigmas):
         raise ConfigError(f"sigma must be None, a positive finite number or {n} of them, got {sigma!r}")
     if border not in _BORDERS:
         raise ConfigError(f"border must be one of {', '.join(_BORDERS)}, got {border!r}")
@@ -245,7 +249,9 @@ def _blend_weight(
     if mask_s is not None:
         return mask_s.to(xs.dtype)
     if soft is None:
-        return torch.ge(xs, threshold, out=out if out is not None else torch.empty_like(xs, memory_format=torch.contiguous_format))
+        return torch.ge(
+            xs, threshold, out=out if out is not None else torch.empty_like(xs, memory_format=torch.contiguous_format)
+        )
     return torch.sigmoid((xs - threshold) / soft)
 
 
@@ -302,8 +308,13 @@ def _fused_backward(x: torch.Tensor, grad_out: torch.Tensor, plan: _Plan, thresh
         grad_source = grad_x.new_empty([*x.shape[:2], *(s + 2 * p for s, p in zip(x.shape[2:], plan.pads))])
     geometry = _fused_geometry(x, grad_source if padded else x, plan, threshold)
     _cpu_kernel.backward(
-        geometry, x.data_ptr(), grad_out.data_ptr(), grad_x.data_ptr(), grad_source.data_ptr(),
-        x.dtype == torch.float64, torch.get_num_threads(),
+        geometry,
+        x.data_ptr(),
+        grad_out.data_ptr(),
+        grad_x.data_ptr(),
+        grad_source.data_ptr(),
+        x.dtype == torch.float64,
+        torch.get_num_threads(),
     )
     if padded:
         grad_x += _unpad_grad(grad_source, x, plan)
@@ -336,8 +347,13 @@ def _forward(
 
 
 def _vjp(
-    x: torch.Tensor, mask: torch.Tensor | None, grad_out: torch.Tensor, plan: _Plan, threshold: float,
-    soft: float | None, mask_needs_grad: bool,
+    x: torch.Tensor,
+    mask: torch.Tensor | None,
+    grad_out: torch.Tensor,
+    plan: _Plan,
+    threshold: float,
+    soft: float | None,
+    mask_needs_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The gradients of the input and of a float mask, given the output's."""
     if _fused_applies(x, mask, plan, soft):
@@ -474,7 +490,9 @@ def masked_gaussian_blur(
         if mask.dtype != torch.bool and not mask.is_floating_point():
             raise ConfigError(f"mask must be bool (hard) or floating (blend weights), got {mask.dtype}")
         if soft is not None:
-            raise ConfigError("soft applies to the threshold; with a mask, pass float blend weights as the mask instead")
+            raise ConfigError(
+                "soft applies to the threshold; with a mask, pass float blend weights as the mask instead"
+            )
     plan = _plan(x.shape[2:], kernel_size, sigma, border, stride, soft, threshold)
     if any(count == 0 for _, count, _ in plan.lattice):
         return x.clone()  # nothing to blur (input smaller than the kernel with border='valid')
@@ -545,6 +563,12 @@ def masked_blur_filter(
             f"masked_blur keeps the channels: out_channels must equal in_channels ({in_channels}), got {out_channels}"
         )
     return MaskedGaussianBlur(
-        threshold=threshold, kernel_size=kernel_size, sigma=sigma, border=border, stride=stride, soft=soft,
-        spatial_dims=spatial_dims, channels=in_channels,
+        threshold=threshold,
+        kernel_size=kernel_size,
+        sigma=sigma,
+        border=border,
+        stride=stride,
+        soft=soft,
+        spatial_dims=spatial_dims,
+        channels=in_channels,
     )

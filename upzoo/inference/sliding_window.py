@@ -4,7 +4,7 @@ cover every pixel, averaged where they overlap (nnU-Net, MONAI's ``SlidingWindow
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -64,7 +64,7 @@ def sliding_window_inference(
     logits = None
     norm = torch.zeros(padded, device=image.device)
     for i in range(0, len(grid), batch_size):
-        chunk = grid[i: i + batch_size]
+        chunk = grid[i : i + batch_size]
         batch = torch.stack([image[(slice(None),) + tuple(slice(s, s + p) for s, p in zip(st, patch))] for st in chunk])
         out = predictor(batch).float()
         if logits is None:

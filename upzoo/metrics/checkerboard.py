@@ -3,7 +3,7 @@ per-phase means over its ``rms`` (0 for no periodic pattern, near 1 for a pure c
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +17,9 @@ def phases(y: torch.Tensor, scale: Sequence[int], border: Sequence[int]) -> list
 
     out = []
     for phase in itertools.product(*(range(s) for s in scale)):
-        index = tuple(slice(p + b * s, y.shape[2 + a] - b * s, s) for a, (p, s, b) in enumerate(zip(phase, scale, border)))
+        index = tuple(
+            slice(p + b * s, y.shape[2 + a] - b * s, s) for a, (p, s, b) in enumerate(zip(phase, scale, border))
+        )
         out.append(y[(slice(None), slice(None)) + index])
     return out
 
@@ -33,5 +35,3 @@ def image_checkerboard(images: torch.Tensor, period: int = 2) -> float:
     means = torch.stack([s.mean(dim=(0, 2, 3)) for s in subs])  # (phases, C)
     rms = residual[..., 1:-1, 1:-1].pow(2).mean().sqrt()
     return float(means.pow(2).mean().sqrt() / rms.clamp_min(1e-12))
-
-

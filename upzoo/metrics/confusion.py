@@ -15,8 +15,14 @@ import torch
 
 from upzoo.errors import ShapeError
 
-__all__ = ["confusion_matrix", "iou_from_confusion", "dice_from_confusion", "pixel_accuracy", "mean_iou",
-           "ConfusionMatrix"]
+__all__ = [
+    "confusion_matrix",
+    "iou_from_confusion",
+    "dice_from_confusion",
+    "pixel_accuracy",
+    "mean_iou",
+    "ConfusionMatrix",
+]
 
 
 def _index_dtype(num_classes: int) -> torch.dtype:
@@ -37,8 +43,10 @@ def confusion_matrix(
     """
     if validate:
         if pred.shape != target.shape:
-            raise ShapeError(f"prediction {tuple(pred.shape)} and target {tuple(target.shape)} differ in shape; "
-                             f"pass class indices (argmax over the class axis), not logits")
+            raise ShapeError(
+                f"prediction {tuple(pred.shape)} and target {tuple(target.shape)} differ in shape; "
+                f"pass class indices (argmax over the class axis), not logits"
+            )
         for name, t in (("prediction", pred), ("target", target)):
             if t.is_floating_point() or t.dtype == torch.bool:
                 raise ShapeError(f"{name} must hold integer class indices, got {t.dtype}")
@@ -116,7 +124,9 @@ class ConfusionMatrix:
         self.matrix.zero_()
 
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
-        cm = confusion_matrix(pred.detach(), target.detach(), self.num_classes, self.ignore_index, validate=self.validate)
+        cm = confusion_matrix(
+            pred.detach(), target.detach(), self.num_classes, self.ignore_index, validate=self.validate
+        )
         self.matrix += cm.cpu()
 
     def all_reduce(self) -> None:

@@ -65,21 +65,39 @@ class DCGANGenerator(nn.Module):
             last = i == n - 1
             c_in, c_out = channels[i], out_channels if last else channels[i + 1]
             with warnings_at_caller(f"DCGANGenerator stage {i} (upsampler_options): "):
-                up = create_upsampler(upsampler, spatial_dims=2, in_channels=c_in, out_channels=c_out, scale=2,
-                                      **options)
-            stages.append(nn.Sequential(up, nn.Tanh()) if last else nn.Sequential(up, nn.BatchNorm2d(c_out), nn.ReLU(True)))
+                up = create_upsampler(
+                    upsampler, spatial_dims=2, in_channels=c_in, out_channels=c_out, scale=2, **options
+                )
+            stages.append(
+                nn.Sequential(up, nn.Tanh()) if last else nn.Sequential(up, nn.BatchNorm2d(c_out), nn.ReLU(True))
+            )
         self.stages = nn.Sequential(*stages)
         self.post_filter = (
-            create_upsampler(post_filter, spatial_dims=2, in_channels=out_channels, out_channels=out_channels, scale=1,
-                             **(post_filter_options or {}))
-            if post_filter else None
+            create_upsampler(
+                post_filter,
+                spatial_dims=2,
+                in_channels=out_channels,
+                out_channels=out_channels,
+                scale=1,
+                **(post_filter_options or {}),
+            )
+            if post_filter
+            else None
         )
 
     @classmethod
-    def classic(cls, latent_dim: int = 100, out_channels: int = 3, resolution: int = 64, **kwargs: Any) -> "DCGANGenerator":
+    def classic(
+        cls, latent_dim: int = 100, out_channels: int = 3, resolution: int = 64, **kwargs: Any
+    ) -> DCGANGenerator:
         """The original DCGAN generator: transposed convs with kernel 4, stride 2, padding 1."""
-        return cls(latent_dim, out_channels, resolution, upsampler="transposed",
-                   upsampler_options=DCGAN_TRANSPOSED_OPTIONS, **kwargs)
+        return cls(
+            latent_dim,
+            out_channels,
+            resolution,
+            upsampler="transposed",
+            upsampler_options=DCGAN_TRANSPOSED_OPTIONS,
+            **kwargs,
+        )
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         if z.ndim == 4 and z.shape[2:] == (1, 1):

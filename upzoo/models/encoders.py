@@ -8,8 +8,8 @@ shape tools are built on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch import nn
@@ -150,10 +150,10 @@ def load_encoder_weights(encoder: nn.Module, path: str | Path) -> None:
     own = encoder.state_dict()
     if not any(k in own for k in state):
         prefixed = {f"model.{k}": v for k, v in state.items()}
-        stripped = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+        stripped = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")}
         state = prefixed if any(k in own for k in prefixed) else stripped
     missing = [k for k in own if k not in state]
-    extra = [k for k in state if k not in own and not k.split(".")[0] in _HEAD_PREFIXES]
+    extra = [k for k in state if k not in own and k.split(".")[0] not in _HEAD_PREFIXES]
     wrong = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
     for problem, keys in (("lacks", missing), ("has extra", extra), ("has wrongly shaped", wrong)):
         if keys:

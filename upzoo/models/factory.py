@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from torch import nn
 
@@ -31,7 +32,7 @@ class ModelSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], path: str = "model") -> "ModelSpec":
+    def from_dict(cls, data: Mapping[str, Any], path: str = "model") -> ModelSpec:
         """Validate ``{"architecture": ..., **options}`` against the architecture's constructor.
 
         Raises:
@@ -54,7 +55,7 @@ class ModelSpec:
             validated["strides"] = "auto"
         return cls(architecture, validated)
 
-    def resolve_auto_strides(self, spacing: Sequence[float], patch_size: Sequence[int]) -> "ModelSpec":
+    def resolve_auto_strides(self, spacing: Sequence[float], patch_size: Sequence[int]) -> ModelSpec:
         """Replace ``strides: auto`` by :func:`~upzoo.models.plan_strides` for this spacing and patch;
         the encoder keeps as many stages as were planned."""
         if self.options.get("strides") != "auto":
@@ -63,7 +64,9 @@ class ModelSpec:
         strides = plan_strides(spacing, patch_size, max_stages=len(channels) - 1)
         if not strides:
             raise ConfigError(f"model.strides 'auto': no axis of patch {tuple(patch_size)} can be halved")
-        return ModelSpec(self.architecture, {**self.options, "strides": strides, "channels": channels[: len(strides) + 1]})
+        return ModelSpec(
+            self.architecture, {**self.options, "strides": strides, "channels": channels[: len(strides) + 1]}
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"architecture": self.architecture, **self.options}
@@ -79,8 +82,10 @@ def build_model(spec: ModelSpec | Mapping[str, Any]) -> nn.Module:
     if not isinstance(spec, ModelSpec):
         spec = ModelSpec.from_dict(spec)
     if spec.options.get("strides") == "auto":
-        raise ConfigError("model.strides 'auto' is planned from the data's voxel spacing: resolve it with "
-                          "ModelSpec.resolve_auto_strides(spacing, patch_size) (upzoo train does) or give strides")
+        raise ConfigError(
+            "model.strides 'auto' is planned from the data's voxel spacing: resolve it with "
+            "ModelSpec.resolve_auto_strides(spacing, patch_size) (upzoo train does) or give strides"
+        )
     return ARCHITECTURES[spec.architecture](**spec.options)
 
 

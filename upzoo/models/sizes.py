@@ -4,9 +4,9 @@ input policy (pad or strict), ``upzoo shapes check`` and the valid-size solver a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
-from typing import Callable
 
 __all__ = ["AxisRule", "find_axis_rule"]
 

@@ -28,7 +28,11 @@ class UpsamplerUnetDecoderBlock(nn.Module):
         self.conv2, self.attention2 = block.conv2, block.attention2
 
     def forward(
-        self, feature_map: torch.Tensor, target_height: int, target_width: int, skip_connection: torch.Tensor | None = None
+        self,
+        feature_map: torch.Tensor,
+        target_height: int,
+        target_width: int,
+        skip_connection: torch.Tensor | None = None,
     ) -> torch.Tensor:
         x = self.upsample(feature_map)
         if tuple(x.shape[2:]) != (target_height, target_width):
@@ -77,8 +81,9 @@ def smp_unet(
     for i, block in enumerate(blocks):
         channels = block.conv1[0].in_channels - _skip_channels(model, i)
         with warnings_at_caller(f"smp_unet decoder block {i} (upsampler_options): "):
-            up = create_upsampler(upsampler, spatial_dims=2, in_channels=channels, out_channels=channels, scale=2,
-                                  **options)
+            up = create_upsampler(
+                upsampler, spatial_dims=2, in_channels=channels, out_channels=channels, scale=2, **options
+            )
         blocks[i] = UpsamplerUnetDecoderBlock(block, up)
     return model
 

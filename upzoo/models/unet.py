@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Literal, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +46,11 @@ class DecoderStage(nn.Module):
     ) -> None:
         super().__init__()
         self.upsample = create_upsampler(
-            upsampler, spatial_dims=spatial_dims, in_channels=in_channels, out_channels=in_channels, scale=scale,
+            upsampler,
+            spatial_dims=spatial_dims,
+            in_channels=in_channels,
+            out_channels=in_channels,
+            scale=scale,
             **upsampler_options,
         )
         self.conv = DoubleConv(spatial_dims, in_channels + skip_channels, out_channels, norm=norm, act=act)
@@ -74,8 +79,9 @@ def _restored_buffers(module: nn.Module) -> Iterator[None]:
 def checkpointed(module: nn.Module, *args: torch.Tensor | None):
     """``module(*args)`` under gradient checkpointing that changes memory only: the backward's
     recomputation keeps BatchNorm running statistics as the forward left them."""
-    return checkpoint(module, *args, use_reentrant=False,
-                      context_fn=lambda: (contextlib.nullcontext(), _restored_buffers(module)))
+    return checkpoint(
+        module, *args, use_reentrant=False, context_fn=lambda: (contextlib.nullcontext(), _restored_buffers(module))
+    )
 
 
 def _per_stage(value: Any, n: int, name: str, default: Any) -> list[Any]:
@@ -159,10 +165,42 @@ class UNet(nn.Module):
         self.spatial_dims, self.in_channels, self.num_classes = spatial_dims, in_channels, num_classes
         self.input_policy, self.checkpointing, self.deep_supervision = input_policy, checkpointing, deep_supervision
         self.encoder: Encoder = create_encoder(
-            encoder, spatial_dims=spatial_dims, in_channels=in_channels, channels=channels, strides=strides,
-            depth=encoder_depth, weights=encoder_weights, norm=norm, act=act,
+            encoder,
+            spatial_dims=spatial_dims,
+            in_channels=in_channels,
+            channels=channels,
+            strides=strides,
+            depth=encoder_depth,
+            weights=encoder_weights,
+            norm=norm,
+            act=act,
         )
 
+        decoder_channels = self._build_decoder(encoder, upsampler, upsampler_options, decoder_channels, norm, act)
+        conv = conv_nd(spatial_dims)
+        self.head = conv(decoder_channels[-1], num_classes, kernel_size=1)
+        self.aux_heads = (
+            nn.ModuleList(conv(c, num_classes, kernel_size=1) for c in decoder_channels[:-1])
+            if deep_supervision
+            else None
+        )
+        self.post_filter = (
+            create_upsampler(
+                post_filter,
+                spatial_dims=spatial_dims,
+                in_channels=num_classes,
+                out_channels=num_classes,
+                scale=1,
+                **(post_filter_options or {}),
+            )
+            if post_filter
+            else None
+        )
+        self.size_rules: tuple[AxisRule, ...] = tuple(self._axis_rule(a) for a in range(spatial_dims))
+
+    def _build_decoder(self, encoder, upsampler, upsampler_options, decoder_channels, norm, act) -> list[int]:
+        """One :class:`DecoderStage` per encoder stage (deepest first); returns their channels."""
+        spatial_dims = self.spatial_dims
         scales = stage_scales(self.encoder)  # deepest first
         skips = self.encoder.channels[::-1][1:]
         first = self.encoder.reductions[0]
@@ -173,7 +211,9 @@ class UNet(nn.Module):
         if decoder_channels is None:  # mirror the plain encoder; smp's defaults for smp/timm encoders
             decoder_channels = skips if encoder == "plain" else list(SMP_DECODER_CHANNELS[:n])
         if len(decoder_channels) != n:
-            raise ConfigError(f"decoder_channels needs {n} entries (one per decoder stage), got {list(decoder_channels)}")
+            raise ConfigError(
+                f"decoder_channels needs {n} entries (one per decoder stage), got {list(decoder_channels)}"
+            )
         names = _per_stage(upsampler, n, "upsampler", "transposed")
         if isinstance(upsampler_options, dict) or upsampler_options is None:
             options = [dict(upsampler_options or {}) for _ in range(n)]
@@ -182,21 +222,14 @@ class UNet(nn.Module):
         ins = [self.encoder.channels[-1]] + list(decoder_channels[:-1])
         stages = []
         for index, (i, s, o, sc, name, opt) in enumerate(zip(ins, skips, decoder_channels, scales, names, options)):
-            with warnings_at_caller(f"UNet decoder stage {index} (upsampler_options): "):
-                stages.append(DecoderStage(spatial_dims, i, s, o, scale=sc, upsampler=name, upsampler_options=opt,
-                                           norm=norm, act=act))
+            with warnings_at_caller(f"UNet decoder stage {index} (upsampler_options): ", stacklevel=4):
+                stages.append(
+                    DecoderStage(
+                        spatial_dims, i, s, o, scale=sc, upsampler=name, upsampler_options=opt, norm=norm, act=act
+                    )
+                )
         self.decoder = nn.ModuleList(stages)
-        conv = conv_nd(spatial_dims)
-        self.head = conv(decoder_channels[-1], num_classes, kernel_size=1)
-        self.aux_heads = (
-            nn.ModuleList(conv(c, num_classes, kernel_size=1) for c in decoder_channels[:-1]) if deep_supervision else None
-        )
-        self.post_filter = (
-            create_upsampler(post_filter, spatial_dims=spatial_dims, in_channels=num_classes, out_channels=num_classes,
-                             scale=1, **(post_filter_options or {}))
-            if post_filter else None
-        )
-        self.size_rules: tuple[AxisRule, ...] = tuple(self._axis_rule(a) for a in range(spatial_dims))
+        return list(decoder_channels)
 
     # -- sizes -------------------------------------------------------------------------------------
     @property

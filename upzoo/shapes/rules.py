@@ -9,7 +9,7 @@ identity.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from torch import nn
 
@@ -104,7 +104,8 @@ def _pool_rule(m: nn.Module, n: int) -> SpatialRule:
     # PyTorch's CPU avg_pool3d also refuses inputs smaller than the kernel, whatever the padding
     needs_kernel = type(m) is nn.AvgPool3d
     return lambda s: tuple(
-        0 if needs_kernel and x < k
+        0
+        if needs_kernel and x < k
         else pool_output_size(x, kernel_size=k, stride=st, padding=p, dilation=d, ceil_mode=m.ceil_mode)
         for x, k, st, p, d in zip(s, kernel, stride, padding, dilation)
     )
@@ -112,9 +113,27 @@ def _pool_rule(m: nn.Module, n: int) -> SpatialRule:
 
 _POOL_DIMS = {nn.MaxPool1d: 1, nn.MaxPool2d: 2, nn.MaxPool3d: 3, nn.AvgPool1d: 1, nn.AvgPool2d: 2, nn.AvgPool3d: 3}
 _IDENTITY = (
-    nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm, nn.GroupNorm, nn.LayerNorm,
-    nn.Identity, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Hardswish,
-    nn.Hardsigmoid, nn.ELU, nn.PReLU, nn.Mish, nn.Softmax, nn.Dropout, nn.Dropout2d, nn.Dropout3d,
+    nn.modules.batchnorm._BatchNorm,
+    nn.modules.instancenorm._InstanceNorm,
+    nn.GroupNorm,
+    nn.LayerNorm,
+    nn.Identity,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.LeakyReLU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Sigmoid,
+    nn.Tanh,
+    nn.Hardswish,
+    nn.Hardsigmoid,
+    nn.ELU,
+    nn.PReLU,
+    nn.Mish,
+    nn.Softmax,
+    nn.Dropout,
+    nn.Dropout2d,
+    nn.Dropout3d,
 )
 
 
@@ -135,7 +154,8 @@ def layer_rule(module: nn.Module) -> SpatialRule | None:
         size, scale = module.size, module.scale_factor
         return lambda s: tuple(
             interpolate_output_size(
-                x, size=None if size is None else _tuple(size, len(s))[i],
+                x,
+                size=None if size is None else _tuple(size, len(s))[i],
                 scale_factor=None if scale is None else _tuple(scale, len(s))[i],
             )
             for i, x in enumerate(s)

@@ -11,9 +11,10 @@ concatenated with. Axes are independent, so validity is decided per axis.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import torch
 from torch import nn
@@ -132,9 +133,11 @@ class ShapeSolver:
         records: list[tuple[nn.Module, tuple[int, ...], tuple[int, ...]]] = []
         handles = []
         for _, module in layer_modules(encoder):
+
             def hook(mod, args, out, records=records):
                 if args and isinstance(args[0], torch.Tensor) and isinstance(out, torch.Tensor):
                     records.append((mod, tuple(args[0].shape[2:]), tuple(out.shape[2:])))
+
             handles.append(module.register_forward_hook(hook))
         probe = (_PROBE,) * self.spatial_dims
         try:
@@ -200,8 +203,10 @@ class ShapeSolver:
         """
         most = MAX_RANGE if self.path == "analytic" else MAX_PROBED_RANGE
         if not 1 <= low <= high or high - low >= most:
-            raise ShapeError(f"a size range LOW:HIGH needs 1 <= LOW <= HIGH and at most {most:,} sizes "
-                             f"({self.path} path), got {low}:{high}")
+            raise ShapeError(
+                f"a size range LOW:HIGH needs 1 <= LOW <= HIGH and at most {most:,} sizes "
+                f"({self.path} path), got {low}:{high}"
+            )
         rule = self.rule(axis) if self.path == "analytic" else None
         if rule is not None:
             return list(range(rule.above(low), high + 1, rule.multiple))
@@ -228,7 +233,9 @@ class ShapeSolver:
     def check(self, size: Sequence[int], *, window: int = 4096) -> list[AxisCheck]:
         """Per axis: valid or not, and the nearest valid sizes below and above."""
         if len(size) != self.spatial_dims:
-            raise ShapeError(f"the model has {self.spatial_dims} spatial axes, got a size with {len(size)}: {tuple(size)}")
+            raise ShapeError(
+                f"the model has {self.spatial_dims} spatial axes, got a size with {len(size)}: {tuple(size)}"
+            )
         out = []
         for axis, n in enumerate(size):
             if n < 1:

@@ -4,8 +4,8 @@ only, no memory for activations or weights and no arithmetic."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import nn

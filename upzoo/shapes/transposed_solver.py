@@ -55,8 +55,10 @@ def solve_transposed(
             raise ConfigError(f"{name} must be a positive int, got {value!r}")
     max_kernel = max_kernel or min(max(2 * stride + 1, 4), MAX_KERNEL)
     if max_kernel > MAX_KERNEL or max_dilation > MAX_DILATION:
-        raise ConfigError(f"max_kernel and max_dilation go up to {MAX_KERNEL} and {MAX_DILATION}, got {max_kernel} and "
-                          f"{max_dilation}; larger transposed convs are not practical")
+        raise ConfigError(
+            f"max_kernel and max_dilation go up to {MAX_KERNEL} and {MAX_DILATION}, got {max_kernel} and "
+            f"{max_dilation}; larger transposed convs are not practical"
+        )
     found = [
         TransposedSolution(kernel, padding, output_padding, dilation, _uneven(kernel, stride, dilation))
         for dilation in range(1, max_dilation + 1)

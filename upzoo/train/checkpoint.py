@@ -22,14 +22,34 @@ __all__ = ["save_checkpoint", "load_checkpoint", "load_weights", "FORMAT", "CHEC
 
 FORMAT = "upzoo-checkpoint/1"
 CHECKPOINT_KEYS = {  # what each kind of run writes into its checkpoints
-    "segmentation": ("kind", "run_id", "model", "optimizers", "schedulers", "step", "best_metric", "rng", "recipe",
-                     "model_spec"),
-    "gan": ("kind", "run_id", "generator", "discriminator", "optimizers", "schedulers", "step", "rng", "recipe",
-            "model_spec"),
+    "segmentation": (
+        "kind",
+        "run_id",
+        "model",
+        "optimizers",
+        "schedulers",
+        "step",
+        "best_metric",
+        "rng",
+        "recipe",
+        "model_spec",
+    ),
+    "gan": (
+        "kind",
+        "run_id",
+        "generator",
+        "discriminator",
+        "optimizers",
+        "schedulers",
+        "step",
+        "rng",
+        "recipe",
+        "model_spec",
+    ),
 }
 
 
-def _digest(value: Any, h: "hashlib._Hash") -> None:
+def _digest(value: Any, h: hashlib._Hash) -> None:
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
         h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
@@ -85,8 +105,10 @@ def _read(path: Path, map_location: str | torch.device) -> Any:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         if "weights only" in str(exc).lower():
-            raise DataError(f"checkpoint {path} contains objects other than tensors and plain data, which upzoo "
-                            f"does not load; it was not written by upzoo (or was modified) and was not loaded") from None
+            raise DataError(
+                f"checkpoint {path} contains objects other than tensors and plain data, which upzoo "
+                f"does not load; it was not written by upzoo (or was modified) and was not loaded"
+            ) from None
         raise DataError(f"checkpoint {path} is truncated or corrupt and was not loaded") from None
     except Exception:  # torch raises RuntimeError, EOFError, ... for damaged files
         raise DataError(f"checkpoint {path} is truncated or corrupt and was not loaded") from None
@@ -117,12 +139,14 @@ def load_checkpoint(
     if kind is not None:
         found = _kind_of(state)
         if found != kind:
-            raise DataError(f"checkpoint {path} is from a {found} run; {purpose or 'this'} needs a checkpoint of a "
-                            f"{kind} run")
+            raise DataError(
+                f"checkpoint {path} is from a {found} run; {purpose or 'this'} needs a checkpoint of a {kind} run"
+            )
         missing = [key for key in CHECKPOINT_KEYS[kind] if key not in state]
         if missing:
-            raise DataError(f"checkpoint {path} lacks {', '.join(missing)}: it is not a complete checkpoint of an "
-                            f"upzoo {kind} run")
+            raise DataError(
+                f"checkpoint {path} lacks {', '.join(missing)}: it is not a complete checkpoint of an upzoo {kind} run"
+            )
     return state
 
 
@@ -133,8 +157,14 @@ def _describe_spec(spec: Any) -> str:
     return ", ".join(f"{k}={spec[k]}" for k in keys if k in spec)
 
 
-def load_weights(module: torch.nn.Module, weights: dict[str, Any], path: str | Path, *,
-                 saved_spec: Any = None, expected_spec: Any = None) -> None:
+def load_weights(
+    module: torch.nn.Module,
+    weights: dict[str, Any],
+    path: str | Path,
+    *,
+    saved_spec: Any = None,
+    expected_spec: Any = None,
+) -> None:
     """``module.load_state_dict(weights)`` with a one-line error when they do not fit.
 
     Raises:
@@ -148,8 +178,13 @@ def load_weights(module: torch.nn.Module, weights: dict[str, Any], path: str | P
         module.load_state_dict(weights)
         return
     first = (missing or extra or wrong)[0]
-    detail = f"{len(missing)} missing, {len(extra)} unexpected and {len(wrong)} differently shaped tensors (first: {first!r})"
+    detail = (
+        f"{len(missing)} missing, {len(extra)} unexpected and {len(wrong)} differently shaped tensors "
+        f"(first: {first!r})"
+    )
     models = ""
     if saved_spec is not None or expected_spec is not None:
-        models = f"; the checkpoint holds {_describe_spec(saved_spec)}, this recipe builds {_describe_spec(expected_spec)}"
+        models = (
+            f"; the checkpoint holds {_describe_spec(saved_spec)}, this recipe builds {_describe_spec(expected_spec)}"
+        )
     raise DataError(f"checkpoint {path} does not fit this model: {detail}{models}")

@@ -12,8 +12,9 @@ import random
 import signal
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,8 +23,19 @@ import yaml
 from upzoo.errors import ConfigError, TrainingError
 
 __all__ = [
-    "seed_everything", "pick_device", "build_optimizer", "build_scheduler", "autocast", "needs_grad_scaler",
-    "rng_state", "restore_rng_state", "RunFolder", "StopFlag", "Throughput", "check_finite", "check_finite_parameters",
+    "seed_everything",
+    "pick_device",
+    "build_optimizer",
+    "build_scheduler",
+    "autocast",
+    "needs_grad_scaler",
+    "rng_state",
+    "restore_rng_state",
+    "RunFolder",
+    "StopFlag",
+    "Throughput",
+    "check_finite",
+    "check_finite_parameters",
 ]
 
 
@@ -50,8 +62,9 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Any) -> torch.opt
     """SGD (Nesterov momentum when momentum > 0), AdamW or Adam from a :class:`~upzoo.recipe.TrainConfig`."""
     params = [p for p in params if p.requires_grad]
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-                               nesterov=cfg.momentum > 0)
+        return torch.optim.SGD(
+            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, nesterov=cfg.momentum > 0
+        )
     betas = tuple(cfg.betas)
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
@@ -94,8 +107,13 @@ def rng_state() -> dict[str, Any]:
     np_state = np.random.get_state()
     return {
         "python": [version, list(state), gauss],
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]), int(np_state[3]),
-                  float(np_state[4])],
+        "numpy": [
+            np_state[0],
+            torch.from_numpy(np_state[1].astype(np.int64)),
+            int(np_state[2]),
+            int(np_state[3]),
+            float(np_state[4]),
+        ],
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
@@ -116,7 +134,9 @@ def check_finite(value: float, step: int, what: str, run_dir: Path) -> None:
     if not math.isfinite(value):
         last = run_dir / "last.pt"
         keep = f"the last good checkpoint {last} is kept" if last.exists() else "no checkpoint was written yet"
-        raise TrainingError(f"{what} became {value} at step {step}; stopped, {keep}. Lower train.lr or enable grad_clip")
+        raise TrainingError(
+            f"{what} became {value} at step {step}; stopped, {keep}. Lower train.lr or enable grad_clip"
+        )
 
 
 def check_finite_parameters(modules: Iterable[torch.nn.Module], step: int, run_dir: Path) -> None:
@@ -166,8 +186,9 @@ class RunFolder:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise ConfigError(f"run folder {str(self.path)!r} is in use by another run; wait for it to finish or "
-                              f"choose another --out") from None
+            raise ConfigError(
+                f"run folder {str(self.path)!r} is in use by another run; wait for it to finish or choose another --out"
+            ) from None
         self._lock_fd = fd
 
     def _check_state(self, resume: bool) -> None:
@@ -177,8 +198,9 @@ class RunFolder:
             raise ConfigError(f"{self.path} holds no last.pt to resume from; start a new run instead")
         if not resume and holds_run:
             self.close()
-            raise ConfigError(f"{self.path} already holds a run; continue it with --resume {self.path} or choose "
-                              f"another --out")
+            raise ConfigError(
+                f"{self.path} already holds a run; continue it with --resume {self.path} or choose another --out"
+            )
 
     def close(self) -> None:
         """Release the folder for other runs."""
@@ -192,7 +214,9 @@ class RunFolder:
     def start_identity(self) -> str:
         """A new run's id, written to ``run.json``; checkpoints carry it."""
         run_id = uuid.uuid4().hex
-        (self.path / "run.json").write_text(json.dumps({"run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+        (self.path / "run.json").write_text(
+            json.dumps({"run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        )
         return run_id
 
     def identity(self) -> str:
@@ -204,8 +228,10 @@ class RunFolder:
         try:
             return str(json.loads((self.path / "run.json").read_text())["run_id"])
         except (OSError, ValueError, KeyError, TypeError):
-            raise ConfigError(f"{self.path} has no readable run.json (the run's identity); it was not written by "
-                              f"this version of upzoo train, so it cannot be resumed: start a new run") from None
+            raise ConfigError(
+                f"{self.path} has no readable run.json (the run's identity); it was not written by "
+                f"this version of upzoo train, so it cannot be resumed: start a new run"
+            ) from None
 
     def check_checkpoint_identity(self, state: dict[str, Any], name: str = "last.pt") -> None:
         """Refuse a checkpoint that another run wrote (copied into this folder).
@@ -215,8 +241,10 @@ class RunFolder:
         """
         own, theirs = self.identity(), state.get("run_id")
         if theirs != own:
-            raise TrainingError(f"{self.path / name} belongs to run {theirs}, not to this folder's run {own} "
-                                f"(run.json); it was copied from another run folder: start a new run from it instead")
+            raise TrainingError(
+                f"{self.path / name} belongs to run {theirs}, not to this folder's run {own} "
+                f"(run.json); it was copied from another run folder: start a new run from it instead"
+            )
 
     def write_recipe(self, recipe_dict: dict[str, Any]) -> None:
         (self.path / "recipe.yaml").write_text(yaml.safe_dump(recipe_dict, sort_keys=False))
@@ -266,10 +294,14 @@ class StopFlag:
         self.requested = True
         import sys
 
-        print(f"\nupzoo: {signal.Signals(signum).name} received: stopping after this step and saving a checkpoint "
-              f"(press Ctrl-C again to abort now)", file=sys.stderr, flush=True)
+        print(
+            f"\nupzoo: {signal.Signals(signum).name} received: stopping after this step and saving a checkpoint "
+            f"(press Ctrl-C again to abort now)",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    def __enter__(self) -> "StopFlag":
+    def __enter__(self) -> StopFlag:
         import threading
 
         if threading.current_thread() is threading.main_thread():
@@ -290,7 +322,7 @@ class Throughput:
 
     def tick(self, samples: int) -> float:
         self.marks.append((time.perf_counter(), samples))
-        self.marks = self.marks[-self.window:]
+        self.marks = self.marks[-self.window :]
         if len(self.marks) < 2:
             return float("nan")
         elapsed = self.marks[-1][0] - self.marks[0][0]

@@ -4,8 +4,8 @@ CPU, NCCL on CUDA). Everything here is a no-op in a single process."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sized
 from dataclasses import dataclass
-from typing import Iterator, Sized
 
 import torch
 import torch.distributed as dist
@@ -13,8 +13,16 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from upzoo.data.loading import iterate_loader
 
-__all__ = ["DistContext", "init_distributed", "finish_distributed", "resumable_batches", "ResumableSampler", "all_reduce_mean",
-           "sync_buffers", "any_rank"]
+__all__ = [
+    "DistContext",
+    "init_distributed",
+    "finish_distributed",
+    "resumable_batches",
+    "ResumableSampler",
+    "all_reduce_mean",
+    "sync_buffers",
+    "any_rank",
+]
 
 
 @dataclass(frozen=True)
@@ -102,17 +110,18 @@ class ResumableSampler(Sampler[int]):
         order = torch.randperm(self.n, generator=g).tolist()
         total = -(-self.n // self.world) * self.world
         order += order[: total - self.n]
-        return order[self.rank::self.world]
+        return order[self.rank :: self.world]
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._indices()[self.start:])
+        return iter(self._indices()[self.start :])
 
     def __len__(self) -> int:
         return max(0, len(self._indices()) - self.start)
 
 
-def resumable_batches(dataset: Dataset, sampler: ResumableSampler, *, start_step: int, steps_per_epoch: int,
-                      seed: int, **loader_kwargs) -> Iterator[tuple[int, dict, bool]]:
+def resumable_batches(
+    dataset: Dataset, sampler: ResumableSampler, *, start_step: int, steps_per_epoch: int, seed: int, **loader_kwargs
+) -> Iterator[tuple[int, dict, bool]]:
     """Yield ``(epoch, batch, ends_epoch)`` from optimiser step ``start_step`` on, epoch after epoch.
 
     Each epoch's order comes from ``(seed, epoch)`` and each sample's augmentation from

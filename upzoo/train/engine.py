@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -17,11 +18,30 @@ from torch import nn
 from upzoo.errors import ConfigError, TrainingError
 from upzoo.tables import to_json
 from upzoo.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
-from upzoo.train.common import (RunFolder, StopFlag, Throughput, autocast, build_optimizer, build_scheduler,
-                                check_finite, check_finite_parameters, needs_grad_scaler, pick_device,
-                                restore_rng_state, rng_state, seed_everything)
-from upzoo.train.distributed import (ResumableSampler, all_reduce_mean, any_rank, finish_distributed,
-                                     init_distributed, resumable_batches, sync_buffers)
+from upzoo.train.common import (
+    RunFolder,
+    StopFlag,
+    Throughput,
+    autocast,
+    build_optimizer,
+    build_scheduler,
+    check_finite,
+    check_finite_parameters,
+    needs_grad_scaler,
+    pick_device,
+    restore_rng_state,
+    rng_state,
+    seed_everything,
+)
+from upzoo.train.distributed import (
+    ResumableSampler,
+    all_reduce_mean,
+    any_rank,
+    finish_distributed,
+    init_distributed,
+    resumable_batches,
+    sync_buffers,
+)
 from upzoo.train.loggers import extra_loggers
 from upzoo.train.plots import plot_curves
 from upzoo.train.tasks import Task
@@ -36,8 +56,15 @@ class Trainer:
     ``stop.request()`` stops like Ctrl-C).
     """
 
-    def __init__(self, task: Task, run_dir: str | Path, *, resume: bool = False, progress: bool = True,
-                 on_step: Callable[[int, float, StopFlag], None] | None = None) -> None:
+    def __init__(
+        self,
+        task: Task,
+        run_dir: str | Path,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        on_step: Callable[[int, float, StopFlag], None] | None = None,
+    ) -> None:
         self.task, self.recipe = task, task.prepared.recipe
         self.cfg, self.resume, self.progress, self.on_step = self.recipe.train, resume, progress, on_step
         self.device = pick_device(self.cfg.device)
@@ -66,12 +93,15 @@ class Trainer:
 
     def _build_optimizers(self) -> None:
         data = self.task.prepared.data
-        self.sampler = ResumableSampler(data.train, shuffle=True, seed=self.cfg.seed, rank=self.ctx.rank,
-                                        world_size=self.ctx.world_size)
+        self.sampler = ResumableSampler(
+            data.train, shuffle=True, seed=self.cfg.seed, rank=self.ctx.rank, world_size=self.ctx.world_size
+        )
         self.steps_per_epoch = len(self.sampler) // self.recipe.data.batch_size
         if self.steps_per_epoch == 0:
-            raise ConfigError(f"data.batch_size {self.recipe.data.batch_size} is larger than this rank's share of "
-                              f"the {len(data.train)} training samples; lower it")
+            raise ConfigError(
+                f"data.batch_size {self.recipe.data.batch_size} is larger than this rank's share of "
+                f"the {len(data.train)} training samples; lower it"
+            )
         self.total_steps = self.cfg.max_steps or self.cfg.epochs * self.steps_per_epoch
         self.optimizers = {n: build_optimizer(m.parameters(), self.cfg) for n, m in self.task.modules.items()}
         self.schedulers = {n: build_scheduler(o, self.cfg, self.total_steps) for n, o in self.optimizers.items()}
@@ -95,8 +125,9 @@ class Trainer:
         """One update of module ``name`` from ``loss``: a NaN check, backward (scaled for fp16),
         gradient clipping (after unscaling) and the optimiser step. Returns the loss value."""
         value = float(loss.detach())
-        check_finite(value, self.step + 1, f"the {name} loss" if len(self.optimizers) > 1 else "the training loss",
-                     self.run.path)
+        check_finite(
+            value, self.step + 1, f"the {name} loss" if len(self.optimizers) > 1 else "the training loss", self.run.path
+        )
         optimizer = self.optimizers[name]
         optimizer.zero_grad(set_to_none=True)
         if self.scaler is not None:
@@ -115,8 +146,13 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
         state: dict[str, Any] = {
-            "kind": self.task.kind, "run_id": self.run_id, "step": self.step, "epoch": self.epoch,
-            "best_metric": self.best, "rng": rng_state(), "recipe": self.recipe.to_dict(),
+            "kind": self.task.kind,
+            "run_id": self.run_id,
+            "step": self.step,
+            "epoch": self.epoch,
+            "best_metric": self.best,
+            "rng": rng_state(),
+            "recipe": self.recipe.to_dict(),
             "model_spec": self.task.prepared.model_dict(),
             "optimizers": {n: o.state_dict() for n, o in self.optimizers.items()},
             "schedulers": {n: s.state_dict() for n, s in self.schedulers.items()},
@@ -139,8 +175,9 @@ class Trainer:
         if self.ctx.is_main:
             self.run.check_checkpoint_identity(state)
         for name, module in self.task.modules.items():
-            load_weights(module, state[name], path, saved_spec=state["model_spec"],
-                         expected_spec=self.task.prepared.model_dict())
+            load_weights(
+                module, state[name], path, saved_spec=state["model_spec"], expected_spec=self.task.prepared.model_dict()
+            )
         for name, optimizer in self.optimizers.items():
             optimizer.load_state_dict(state["optimizers"][name])
             self.schedulers[name].load_state_dict(state["schedulers"][name])
@@ -159,7 +196,9 @@ class Trainer:
             self.run_id = self.run.start_identity()
             self.run.write_recipe({**self.recipe.to_dict(), "model": self.task.prepared.model_dict()})
         resume_step = self.step if self.resume else None
-        self.loggers = extra_loggers(self.cfg.loggers, self.run.path, resume_step=resume_step) if self.ctx.is_main else []
+        self.loggers = (
+            extra_loggers(self.cfg.loggers, self.run.path, resume_step=resume_step) if self.ctx.is_main else []
+        )
 
     # -- logging and evaluation --------------------------------------------------------------------
     def _log(self, row: dict[str, Any]) -> None:
@@ -211,10 +250,17 @@ class Trainer:
 
     def _train_steps(self, stop: StopFlag, bar) -> dict[str, float]:
         data = self.recipe.data
-        batches = resumable_batches(self.task.prepared.data.train, self.sampler, start_step=self.step,
-                                    steps_per_epoch=self.steps_per_epoch, seed=self.cfg.seed,
-                                    batch_size=data.batch_size, num_workers=data.num_workers, drop_last=True,
-                                    pin_memory=self.device.type == "cuda")
+        batches = resumable_batches(
+            self.task.prepared.data.train,
+            self.sampler,
+            start_step=self.step,
+            steps_per_epoch=self.steps_per_epoch,
+            seed=self.cfg.seed,
+            batch_size=data.batch_size,
+            num_workers=data.num_workers,
+            drop_last=True,
+            pin_memory=self.device.type == "cuda",
+        )
         speed, values = Throughput(), {}
         for module in self.task.modules.values():
             module.train()
@@ -263,8 +309,14 @@ class Trainer:
     def _finish(self, last: dict[str, float], interrupted: bool, seconds: float) -> dict[str, Any]:
         best = self.best if self.best > float("-inf") else None
         summary = {
-            "steps": self.step, "total_steps": self.total_steps, "epochs_started": self.epoch + 1,
-            "interrupted": interrupted, **self.task.summary(last, best), "seconds": seconds, "world_size": self.ctx.world_size, "ranks_in_sync": self._ranks_in_sync(),
+            "steps": self.step,
+            "total_steps": self.total_steps,
+            "epochs_started": self.epoch + 1,
+            "interrupted": interrupted,
+            **self.task.summary(last, best),
+            "seconds": seconds,
+            "world_size": self.ctx.world_size,
+            "ranks_in_sync": self._ranks_in_sync(),
             "run_dir": str(self.run.path),
         }
         if self.ctx.is_main:
@@ -286,13 +338,20 @@ class Trainer:
         gathered = [torch.zeros_like(checksum) for _ in range(self.ctx.world_size)]
         dist.all_gather(gathered, checksum)
         if not all(torch.equal(g, gathered[0]) for g in gathered):
-            raise TrainingError(f"DDP ranks hold different parameters at the end of training: "
-                                f"{[float(g) for g in gathered]}")
+            raise TrainingError(
+                f"DDP ranks hold different parameters at the end of training: {[float(g) for g in gathered]}"
+            )
         return True
 
 
-def train(recipe: Any, run_dir: str | Path, *, resume: bool = False, progress: bool = True,
-          on_step: Callable[[int, float, StopFlag], None] | None = None) -> dict[str, Any]:
+def train(
+    recipe: Any,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    on_step: Callable[[int, float, StopFlag], None] | None = None,
+) -> dict[str, Any]:
     """Train a recipe (segmentation or GAN) into ``run_dir``: ``prepare`` -> task -> :class:`Trainer`.
 
     Returns the summary also written to ``summary.json``; Ctrl-C / SIGTERM stop after the current

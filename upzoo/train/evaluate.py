@@ -3,7 +3,8 @@ from one dataset-level confusion matrix, summed across DDP ranks."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn

@@ -4,8 +4,9 @@ event files with ``train.loggers: [csv, tensorboard]``."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from upzoo.errors import ConfigError
 
@@ -20,8 +21,10 @@ class TensorBoardLogger:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            raise ConfigError("train.loggers 'tensorboard' needs the tensorboard package: pip install tensorboard "
-                              "(or pip install -e '.[dev]')") from None
+            raise ConfigError(
+                "train.loggers 'tensorboard' needs the tensorboard package: pip install tensorboard "
+                "(or pip install -e '.[dev]')"
+            ) from None
         self.writer = SummaryWriter(str(path / "tensorboard"), purge_step=resume_step)
 
     def log(self, row: dict[str, Any]) -> None:

@@ -3,8 +3,8 @@ eval sections may change, e.g. to train longer)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from upzoo.config import read_yaml_file
 from upzoo.errors import ConfigError
@@ -20,8 +20,9 @@ def _stored_recipe(run_dir: Path) -> dict:
     stored = read_yaml_file(path, "run recipe")
     missing = [s for s in ("model", "data") if not isinstance(stored, dict) or not isinstance(stored.get(s), dict)]
     if missing:
-        raise ConfigError(f"{path} has no {missing[0]!r} section: it was not written by upzoo train, or was edited; "
-                          f"start a new run")
+        raise ConfigError(
+            f"{path} has no {missing[0]!r} section: it was not written by upzoo train, or was edited; start a new run"
+        )
     return stored
 
 
@@ -42,7 +43,9 @@ def resume_recipe(run_dir: str | Path, recipe: str | Path | None = None, overrid
             theirs = {**theirs, "strides": ours.get("strides"), "channels": ours.get("channels")}
         if theirs != ours:
             changed = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-            raise ConfigError(f"resuming {run_dir} cannot change {section}.{changed[0]}; only train and eval "
-                              f"settings may change, or start a new run")
+            raise ConfigError(
+                f"resuming {run_dir} cannot change {section}.{changed[0]}; only train and eval "
+                f"settings may change, or start a new run"
+            )
     effective = {**given, "model": stored["model"], "data": stored["data"]}
     return parse_recipe(effective, source=str(run_dir / "recipe.yaml"))

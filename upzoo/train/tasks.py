@@ -33,17 +33,17 @@ class Task:
     curve_columns: list[str]
     best_key: str | None = None  # an evaluation value whose best is kept as best.pt
 
-    def __init__(self, prepared: "Prepared") -> None:
+    def __init__(self, prepared: Prepared) -> None:
         self.prepared = prepared
         self.modules: dict[str, nn.Module] = {}
 
     def eval_every(self, cfg: Any) -> int | None:
         return cfg.val_every
 
-    def step(self, batch: dict, trainer: "Trainer") -> dict[str, float]:  # pragma: no cover - abstract
+    def step(self, batch: dict, trainer: Trainer) -> dict[str, float]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def evaluate(self, trainer: "Trainer") -> dict[str, float]:  # pragma: no cover - abstract
+    def evaluate(self, trainer: Trainer) -> dict[str, float]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
@@ -84,7 +84,7 @@ class SegmentationTask(Task):
     eval_columns = ["val_miou", "val_pixel_accuracy", "val_mean_dice"]
     best_key = "val_miou"
 
-    def __init__(self, prepared: "Prepared") -> None:
+    def __init__(self, prepared: Prepared) -> None:
         super().__init__(prepared)
         self.modules = {"model": build_model(prepared.spec)}
         self.volumes = prepared.recipe.data.kind == "volumes"
@@ -92,29 +92,43 @@ class SegmentationTask(Task):
         self.palette = class_palette(prepared.num_classes, prepared.palette)
         self.last_metrics: dict[str, Any] = {}
 
-    def step(self, batch: dict, trainer: "Trainer") -> dict[str, float]:
+    def step(self, batch: dict, trainer: Trainer) -> dict[str, float]:
         images, masks = trainer.to_device(batch["image"], image=True), trainer.to_device(batch["mask"])
         with trainer.autocast():
             output = trainer.net("model")(images)
         data = self.prepared.data
-        loss = segmentation_loss(output, masks, kind=trainer.cfg.loss, ignore_index=data.ignore_index,
-                                 num_classes=self.prepared.num_classes)
+        loss = segmentation_loss(
+            output, masks, kind=trainer.cfg.loss, ignore_index=data.ignore_index, num_classes=self.prepared.num_classes
+        )
         return {"loss": trainer.optimize(loss, "model")}
 
-    def evaluate(self, trainer: "Trainer") -> dict[str, float]:
+    def evaluate(self, trainer: Trainer) -> dict[str, float]:
         recipe, data = self.prepared.recipe, self.prepared.data
         metrics, examples = evaluate_segmentation(
-            self.modules["model"], data.val, num_classes=self.prepared.num_classes, ignore_index=data.ignore_index,
-            device=trainer.device, amp=trainer.cfg.amp, ctx=trainer.ctx, volumes=self.volumes,
-            patch_size=recipe.eval.window_patch(recipe.data.crop_size), overlap=recipe.eval.overlap,
-            window_batch=recipe.eval.batch_size, keep=recipe.eval.grid_samples)
+            self.modules["model"],
+            data.val,
+            num_classes=self.prepared.num_classes,
+            ignore_index=data.ignore_index,
+            device=trainer.device,
+            amp=trainer.cfg.amp,
+            ctx=trainer.ctx,
+            volumes=self.volumes,
+            patch_size=recipe.eval.window_patch(recipe.data.crop_size),
+            overlap=recipe.eval.overlap,
+            window_batch=recipe.eval.batch_size,
+            keep=recipe.eval.grid_samples,
+        )
         self.last_metrics = metrics
         if trainer.ctx.is_main:
             run = trainer.run.path
-            prediction_grid(examples, run / "predictions.png", palette=self.palette, mean=self.prepared.mean,
-                            std=self.prepared.std)
-        return {"val_miou": metrics["miou"], "val_pixel_accuracy": metrics["pixel_accuracy"],
-                "val_mean_dice": metrics["mean_dice"]}
+            prediction_grid(
+                examples, run / "predictions.png", palette=self.palette, mean=self.prepared.mean, std=self.prepared.std
+            )
+        return {
+            "val_miou": metrics["miou"],
+            "val_pixel_accuracy": metrics["pixel_accuracy"],
+            "val_mean_dice": metrics["mean_dice"],
+        }
 
     def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
         return {"last_loss": last.get("loss", float("nan")), "val": self.last_metrics, "best_miou": best}
@@ -129,11 +143,13 @@ class GanTask(Task):
     eval_columns = ["checkerboard"]
     curve_columns = ["checkerboard"]
 
-    def __init__(self, prepared: "Prepared") -> None:
+    def __init__(self, prepared: Prepared) -> None:
         super().__init__(prepared)
         cfg, spec = prepared.recipe.train, prepared.spec
-        self.modules = {"generator": build_model(spec),
-                        "discriminator": build_discriminator(spec, base_channels=cfg.discriminator_base_channels)}
+        self.modules = {
+            "generator": build_model(spec),
+            "discriminator": build_discriminator(spec, base_channels=cfg.discriminator_base_channels),
+        }
         self.latent = spec.options["latent_dim"]
         self.fixed_z = torch.randn(64, self.latent, generator=torch.Generator().manual_seed(cfg.seed))
         self.last_score = float("nan")
@@ -141,7 +157,7 @@ class GanTask(Task):
     def eval_every(self, cfg: Any) -> int | None:
         return cfg.sample_every
 
-    def step(self, batch: dict, trainer: "Trainer") -> dict[str, float]:
+    def step(self, batch: dict, trainer: Trainer) -> dict[str, float]:
         real = trainer.to_device(batch["image"], image=True)
         n = real.shape[0]
         z = torch.randn(n, self.latent, device=trainer.device)
@@ -149,17 +165,21 @@ class GanTask(Task):
         with trainer.autocast():
             fake = generator(z)
             logits_real, logits_fake = discriminator(torch.cat([real, fake.detach()])).float().split([n, n])
-        loss_d = (F.binary_cross_entropy_with_logits(logits_real, torch.ones_like(logits_real))
-                  + F.binary_cross_entropy_with_logits(logits_fake, torch.zeros_like(logits_fake)))
+        loss_d = F.binary_cross_entropy_with_logits(
+            logits_real, torch.ones_like(logits_real)
+        ) + F.binary_cross_entropy_with_logits(logits_fake, torch.zeros_like(logits_fake))
         loss_d_value = trainer.optimize(loss_d, "discriminator")
         with trainer.autocast():
             logits_gen = discriminator(fake).float()
         loss_g = F.binary_cross_entropy_with_logits(logits_gen, torch.ones_like(logits_gen))  # non-saturating
-        return {"loss_d": loss_d_value, "loss_g": trainer.optimize(loss_g, "generator"),
-                "d_real": float(torch.sigmoid(logits_real.detach()).mean()),
-                "d_fake": float(torch.sigmoid(logits_fake.detach()).mean())}
+        return {
+            "loss_d": loss_d_value,
+            "loss_g": trainer.optimize(loss_g, "generator"),
+            "d_real": float(torch.sigmoid(logits_real.detach()).mean()),
+            "d_fake": float(torch.sigmoid(logits_fake.detach()).mean()),
+        }
 
-    def evaluate(self, trainer: "Trainer") -> dict[str, float]:
+    def evaluate(self, trainer: Trainer) -> dict[str, float]:
         if not trainer.ctx.is_main:
             return {}
         generator = self.modules["generator"]
@@ -175,7 +195,7 @@ class GanTask(Task):
         return {"last_loss_g": last.get("loss_g", float("nan")), "checkerboard": self.last_score}
 
 
-def make_task(prepared: "Prepared") -> Task:
+def make_task(prepared: Prepared) -> Task:
     """The task a prepared recipe trains: GAN for ``dcgan`` models, segmentation otherwise. The
     initial weights follow ``train.seed``."""
     from upzoo.train.common import seed_everything

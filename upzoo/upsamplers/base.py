@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import nn

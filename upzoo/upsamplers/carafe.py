@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +58,9 @@ class CarafeUpsampler(Upsampler):
             mid, kernel_up**2 * self.scale_product, kernel_size=kernel_encoder, padding=kernel_encoder // 2
         )
         self.proj = (
-            nn.Conv2d(self.in_channels, self.out_channels, kernel_size=1) if self.out_channels != self.in_channels else None
+            nn.Conv2d(self.in_channels, self.out_channels, kernel_size=1)
+            if self.out_channels != self.in_channels
+            else None
         )
 
     def upsample(self, x: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -93,7 +93,8 @@ class TransposedConvUpsampler(Upsampler):
                     f"output_padding={self.output_padding} with stride={self.scale}, dilation={self.dilation}"
                 )
         uneven = [
-            a for a, (k, s, d) in enumerate(zip(self.kernel_size, self.scale, self.dilation))
+            a
+            for a, (k, s, d) in enumerate(zip(self.kernel_size, self.scale, self.dilation))
             if len(set(overlap_counts(k, s, d))) > 1
         ]
         if uneven:
