@@ -236,21 +236,16 @@ def test_resume_of_an_edited_run_folder(seg_run, tmp_path):
     assert_one_line(*run("train", "--resume", str(edited), "--no-progress")[::2], "is a binary file, not YAML text")
 
 
-def test_sizes_that_cannot_fit_are_refused(tmp_path):
+def _model_only_recipe(tmp_path: Path, **model) -> Path:
+    """A recipe file with just a small 2D U-Net (for the commands that read only the model)."""
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        yaml.safe_dump(
-            {
-                "model": {
-                    "architecture": "unet",
-                    "spatial_dims": 2,
-                    "in_channels": 3,
-                    "num_classes": 2,
-                    "channels": [4, 8],
-                }
-            }
-        )
-    )
+    spec = {"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2, "channels": [4, 8]}
+    recipe.write_text(yaml.safe_dump({"model": {**spec, **model}}))
+    return recipe
+
+
+def test_sizes_that_cannot_fit_are_refused(tmp_path):
+    recipe = _model_only_recipe(tmp_path)
     code, _, err = run("bench", "model", str(recipe), "--input", "1x3x1000000x1000000")
     assert_one_line(code, err, "needs at least")
     assert "GiB of memory are free" in err
@@ -258,20 +253,7 @@ def test_sizes_that_cannot_fit_are_refused(tmp_path):
 
 def test_bench_model_channels_last_measures_every_pass(tmp_path):
     """The model was converted inside inference mode, so the training pass failed."""
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        yaml.safe_dump(
-            {
-                "model": {
-                    "architecture": "unet",
-                    "spatial_dims": 2,
-                    "in_channels": 3,
-                    "num_classes": 2,
-                    "channels": [4, 8],
-                }
-            }
-        )
-    )
+    recipe = _model_only_recipe(tmp_path)
     code, out, err = run(
         "bench",
         "model",
@@ -291,40 +273,14 @@ def test_bench_model_channels_last_measures_every_pass(tmp_path):
 
 
 def test_shapes_check_ranges_answer_at_once(tmp_path):
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        yaml.safe_dump(
-            {
-                "model": {
-                    "architecture": "unet",
-                    "spatial_dims": 2,
-                    "in_channels": 3,
-                    "num_classes": 2,
-                    "channels": [4, 8],
-                }
-            }
-        )
-    )
+    recipe = _model_only_recipe(tmp_path)
     assert_one_line(*run("shapes", "check", str(recipe), "--range", "1:100000000000")[::2], "at most 1,000,000 sizes")
     code, out, _ = run("shapes", "check", str(recipe), "--range", "1:999999", "--json")
     assert code == 0 and len(json.loads(out)["valid_sizes"]) == 999999 // 2
 
 
 def test_shapes_model_states_padding_and_crop(tmp_path):
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        yaml.safe_dump(
-            {
-                "model": {
-                    "architecture": "unet",
-                    "spatial_dims": 2,
-                    "in_channels": 3,
-                    "num_classes": 19,
-                    "encoder": "resnet18",
-                }
-            }
-        )
-    )
+    recipe = _model_only_recipe(tmp_path, num_classes=19, encoder="resnet18", channels=None)
     code, out, _ = run("shapes", "model", str(recipe), "--input", "1x3x100x100", "--json")
     data = json.loads(out)
     assert code == 0 and data["padded_to"] == [1, 3, 128, 128] and data["output"] == [1, 19, 100, 100]

@@ -97,8 +97,9 @@ def test_flops_of_a_convolution():
 def test_bench_blocks_rows():
     rows = bench_blocks((1, 8, 16, 16), runs=2)
     names = [r["block"] for r in rows]
-    assert names == ["carafe", "dysample", "interp_conv", "interpolate", "pixel_shuffle", "transposed"]
+    assert names == ["carafe", "dysample", "fade", "interp_conv", "interpolate", "pixel_shuffle", "sapa", "transposed"]
     row = {r["block"]: r for r in rows}
+    assert row["fade"]["params"] > 0 and row["sapa"]["fwd_bwd_ms"] > 0  # guided blocks get a fixed smooth guide
     assert row["interpolate"]["params"] == 0 and row["interpolate"]["gflops"] == 0
     assert row["pixel_shuffle"]["checkerboard"] == 0 and row["transposed"]["fwd_bwd_ms"] > 0
     assert [r["block"] for r in bench_blocks((1, 4, 4, 8, 8), runs=1)] == [

@@ -28,10 +28,26 @@ def _cases():
                 yield pytest.param(name, dims, scale, id=f"{name}-{dims}d-{scale}")
 
 
+GUIDE_CHANNELS = 3
+
+
 def _build(name: str, dims: int, scale, in_channels: int = 8, **options):
     out_channels = in_channels if _keeps_channels(name) else 6
+    if upsampler_info(name).needs_guide:
+        options = {"guide_channels": GUIDE_CHANNELS, **options}
     return create_upsampler(
         name, spatial_dims=dims, in_channels=in_channels, out_channels=out_channels, scale=scale, **options
+    )
+
+
+def _run(block, x: torch.Tensor) -> torch.Tensor:
+    """``block(x)``; a guided block gets a random guide of the shape it expects."""
+    if not block.needs_guide:
+        return block(x)
+    b, _, *spatial = x.shape
+    guide = torch.randn(b, GUIDE_CHANNELS, *block.output_spatial(tuple(spatial)), dtype=x.dtype)
+    return block(
+        x, guide.contiguous(memory_format=torch.contiguous_format if x.is_contiguous() else torch.channels_last)
     )
 
 
@@ -44,7 +60,7 @@ def _expected_spatial(dims, scale, sizes):
 def test_forward_shape_matches_output_shape_and_scale(name, dims, scale):
     block = _build(name, dims, scale)
     x = torch.randn(2, 8, *ODD_SIZES[dims])
-    y = block(x)
+    y = _run(block, x)
     assert tuple(y.shape) == block.output_shape(tuple(x.shape))
     assert tuple(y.shape[2:]) == _expected_spatial(dims, scale, ODD_SIZES[dims])
     assert y.shape[1] == block.out_channels
@@ -55,7 +71,7 @@ def test_forward_shape_matches_output_shape_and_scale(name, dims, scale):
 def test_every_parameter_receives_gradient(name, dims, scale):
     block = _build(name, dims, scale)
     x = torch.randn(2, 8, *ODD_SIZES[dims], requires_grad=True)
-    y = block(x)
+    y = _run(block, x)
     (y * torch.randn_like(y)).sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
     for pname, p in block.named_parameters():
@@ -70,7 +86,7 @@ def test_dtype_is_preserved(name, dims, scale, dtype):
     block = _build(name, dims, scale).to(dtype)
     x = torch.randn(1, 8, *ODD_SIZES[dims], dtype=dtype)
     try:
-        y = block(x)
+        y = _run(block, x)
     except (RuntimeError, NotImplementedError) as exc:
         if dtype is torch.bfloat16 and "not implemented" in str(exc).lower():
             pytest.skip(f"PyTorch has no CPU {dtype} kernel here: {exc}")
@@ -83,7 +99,10 @@ def test_channels_last_input_gives_the_same_output(name, dims, scale):
     block = _build(name, dims, scale)
     x = torch.randn(2, 8, *ODD_SIZES[dims])
     fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
-    torch.testing.assert_close(block(x.to(memory_format=fmt)), block(x), rtol=1e-4, atol=1e-5)
+    torch.manual_seed(0)
+    expected = _run(block, x)
+    torch.manual_seed(0)
+    torch.testing.assert_close(_run(block, x.to(memory_format=fmt)), expected, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", list_upsamplers())
@@ -94,7 +113,7 @@ def test_output_shape_agrees_with_forward_on_many_sizes(name):
         block = _build(name, dims, scale, in_channels=4)
         for sizes in [(1,) * dims, (2,) * dims, (3, 8, 5)[:dims], (9, 4, 6)[:dims]]:
             x = torch.randn(1, 4, *sizes)
-            assert tuple(block(x).shape) == block.output_shape(x.shape)
+            assert tuple(_run(block, x).shape) == block.output_shape(x.shape)
 
 
 # -- bad input ---------------------------------------------------------------------------------------

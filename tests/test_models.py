@@ -181,7 +181,8 @@ def test_smp_adapter_with_nearest_interpolation_equals_smp_unet():
 
 @pytest.mark.parametrize("upsampler", UPSAMPLERS_2D)
 def test_smp_adapter_accepts_every_upsampler(upsampler):
-    net = smp_unet("resnet18", upsampler=upsampler, classes=2)
+    guided = upsampler_info(upsampler).needs_guide  # the last block has no skip to guide it
+    net = smp_unet("resnet18", upsampler=[upsampler] * 4 + ["interpolate"] if guided else upsampler, classes=2)
     out = net(torch.randn(1, 3, 64, 64))
     assert out.shape == (1, 2, 64, 64)
     _backward_reaches_every_parameter(net, out)
@@ -191,6 +192,10 @@ def test_smp_adapter_accepts_every_upsampler(upsampler):
 @pytest.mark.parametrize("upsampler", UPSAMPLERS_2D)
 @pytest.mark.parametrize("resolution", [32, 64])
 def test_generator_with_every_upsampler(upsampler, resolution):
+    if upsampler_info(upsampler).needs_guide:  # a generator has no encoder feature to guide it
+        with pytest.raises(ConfigError, match=rf"DCGANGenerator stage 0: '{upsampler}' is guided by the encoder skip"):
+            DCGANGenerator(16, 3, resolution, upsampler=upsampler, base_channels=8)
+        return
     if upsampler == "interpolate":  # the generator halves channels at every stage
         with pytest.raises(ConfigError, match="interpolate keeps the channel count"):
             DCGANGenerator(16, 3, resolution, upsampler=upsampler, base_channels=8)

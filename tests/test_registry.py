@@ -12,7 +12,17 @@ from upzoo import MaskedGaussianBlur, RegistryError, create_upsampler, list_upsa
 from upzoo.registry import UPSAMPLERS, PluginWarning, Registry, upsampler_info
 from upzoo.upsamplers import TransposedConvUpsampler, Upsampler
 
-BUILT_INS = ["carafe", "dysample", "interp_conv", "interpolate", "masked_blur", "pixel_shuffle", "transposed"]
+BUILT_INS = [
+    "carafe",
+    "dysample",
+    "fade",
+    "interp_conv",
+    "interpolate",
+    "masked_blur",
+    "pixel_shuffle",
+    "sapa",
+    "transposed",
+]
 
 
 def test_built_ins_are_listed_with_wildcards_and_kinds():

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
 from torch import nn
 
 from upzoo.errors import ConfigError, RegistryError, UpzooError, did_you_mean
@@ -63,6 +64,11 @@ class BlockInfo:
             for p in params.values()
             if p.name not in CONTRACT_ARGS and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
         }
+
+    @property
+    def needs_guide(self) -> bool:
+        """Whether the block is guided: ``forward(x, guide)`` with a ``guide_channels`` option."""
+        return bool(getattr(self.factory, "needs_guide", False))
 
     @property
     def accepts_any_option(self) -> bool:
@@ -242,6 +248,11 @@ class Registry:
                         f"{self._what} {name!r} has no option {key!r}; its options are: {listed}"
                         f"{did_you_mean(key, known)}"
                     )
+        if info.needs_guide and "guide_channels" not in kwargs:
+            raise ConfigError(
+                f"{self._what} {name!r} is guided by a high-resolution feature: give guide_channels= (the "
+                f"guide's channels; UNet and smp_unet pass their skip's channels themselves)"
+            )
         kwargs = {**kwargs, **_checked_options(info.factory, name, kwargs)}
         try:
             return info.factory(**kwargs)
@@ -322,6 +333,29 @@ class warnings_at_caller:  # noqa: N801 - used as a context manager, like contex
             warnings.warn(message, caught.category, stacklevel=self.stacklevel)
 
 
+def guide_options(name: str, skip_channels: int, where: str) -> dict[str, Any]:
+    """The options a model adds for block ``name`` at a decoder stage whose skip has
+    ``skip_channels`` channels: ``guide_channels`` for a guided block, nothing otherwise.
+
+    Raises:
+        ConfigError: a guided block at a stage without a skip (``skip_channels == 0``).
+    """
+    if not UPSAMPLERS.info(name).needs_guide:
+        return {}
+    if skip_channels <= 0:
+        raise ConfigError(
+            f"{where}: {name!r} is guided by the encoder skip, but this stage has none (it upsamples to the input "
+            f"resolution, or the model is a generator); give this stage an unguided upsampler, e.g. a per-stage "
+            f"list ending in 'interpolate'"
+        )
+    return {"guide_channels": skip_channels}
+
+
+def upsample(block: nn.Module, x: torch.Tensor, guide: torch.Tensor | None) -> torch.Tensor:
+    """``block(x, guide)`` for a guided block, ``block(x)`` for the others."""
+    return block(x, guide) if getattr(block, "needs_guide", False) else block(x)
+
+
 def list_upsamplers(pattern: str = "*", *, kind: Kind | None = None) -> list[str]:
     """Registered names matching ``pattern`` (shell wildcards), sorted.
 
@@ -337,20 +371,23 @@ def upsampler_info(name: str) -> BlockInfo:
 
 
 def describe_blocks(pattern: str = "*", *, kind: Kind | None = None) -> list[dict[str, Any]]:
-    """One row per matching block: name, kind, dims, learned parameters at a reference size
-    (64 -> 64 channels, scale 2, 2D where supported), description and origin."""
+    """One row per matching block: name, kind, dims, whether it needs a guide, learned parameters at
+    a reference size (64 -> 64 channels, scale 2, a 64-channel guide, 2D where supported),
+    description and origin."""
     rows = []
     for name in list_upsamplers(pattern, kind=kind):
         info = UPSAMPLERS.info(name)
         dims = 2 if 2 in info.spatial_dims else info.spatial_dims[0]
+        guide = {"guide_channels": 64} if info.needs_guide else {}
         block = info.factory(
-            spatial_dims=dims, in_channels=64, out_channels=64, scale=1 if info.kind == "post_filter" else 2
+            spatial_dims=dims, in_channels=64, out_channels=64, scale=1 if info.kind == "post_filter" else 2, **guide
         )
         rows.append(
             {
                 "name": name,
                 "kind": info.kind,
                 "dims": "/".join(f"{d}D" for d in info.spatial_dims),
+                "guide": info.needs_guide,
                 "params": sum(p.numel() for p in block.parameters()),
                 "description": info.description,
                 "origin": info.origin,

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from upzoo.bench.artifacts import checkerboard_score
+from upzoo.bench.artifacts import checkerboard_score, smooth_field
 from upzoo.bench.memory import ensure_fits, estimate_training_bytes, peak_memory
 from upzoo.bench.speed import environment, measure_fps, time_call
 from upzoo.errors import ShapeError
@@ -32,6 +32,28 @@ def count_flops(module: nn.Module, x: torch.Tensor) -> int:
     with counter, torch.no_grad():
         module(x)
     return int(counter.get_total_flops())
+
+
+class GuidedByFixedFeature(nn.Module):
+    """A guided block fed one fixed smooth guide per input shape (the skip a U-Net would pass), so
+    the block tables measure it like every other block: ``forward(x)``. ``wrap`` leaves unguided
+    blocks as they are."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block, self.scale = block, block.scale
+        self._guides: dict[tuple[int, ...], torch.Tensor] = {}
+
+    @classmethod
+    def wrap(cls, block: nn.Module) -> nn.Module:
+        return cls(block) if getattr(block, "needs_guide", False) else block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        key = tuple(x.shape)
+        if key not in self._guides:
+            shape = (x.shape[0], self.block.guide_channels, *self.block.output_spatial(tuple(x.shape[2:])))
+            self._guides[key] = smooth_field(shape, seed=1).to(x)
+        return self.block(x, self._guides[key])
 
 
 def check_block_input(shape: Sequence[int]) -> None:
@@ -67,16 +89,21 @@ def bench_blocks(
             continue
         if progress:
             progress(name)
+        guide = {"guide_channels": shape[1]} if info.needs_guide else {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with torch.device("meta"):
-                meta = create_upsampler(
-                    name, spatial_dims=dims, in_channels=shape[1], out_channels=shape[1], scale=scale
+                meta = GuidedByFixedFeature.wrap(
+                    create_upsampler(
+                        name, spatial_dims=dims, in_channels=shape[1], out_channels=shape[1], scale=scale, **guide
+                    )
                 )
             ensure_fits(estimate_training_bytes(meta, tuple(shape)), f"block {name} at input {tuple(shape)}")
-            block = create_upsampler(
-                name, spatial_dims=dims, in_channels=shape[1], out_channels=shape[1], scale=scale
-            ).to(device)
+            block = GuidedByFixedFeature.wrap(
+                create_upsampler(
+                    name, spatial_dims=dims, in_channels=shape[1], out_channels=shape[1], scale=scale, **guide
+                ).to(device)
+            )
         x = torch.randn(*shape, device=device)
         x_grad = x.clone().requires_grad_(True)
 

@@ -35,8 +35,12 @@ def list_command(pattern: str, kind: str | None, as_json: bool) -> None:
         return
     from upzoo.tables import render_table
 
-    click.echo(render_table(rows, ["name", "kind", "dims", "params", "description"]))
-    click.echo("params: learned parameters at 64 -> 64 channels, scale 2, 2D (3D where 2D is not supported)", err=True)
+    click.echo(render_table(rows, ["name", "kind", "dims", "guide", "params", "description"]))
+    click.echo(
+        "params: learned parameters at 64 -> 64 channels, scale 2, 2D (3D where 2D is not supported); "
+        "guide: the block takes the encoder skip as a guide (64 channels here)",
+        err=True,
+    )
     if any(row["name"] == "masked_blur" for row in rows):
         from upzoo.filters.masked_blur import FUSED_CPU_KERNEL
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape, check_positive_int
-from upzoo.registry import create_upsampler, warnings_at_caller
+from upzoo.registry import create_upsampler, guide_options, warnings_at_caller
 
 __all__ = ["DCGANGenerator", "DCGANDiscriminator", "DCGAN_TRANSPOSED_OPTIONS"]
 
@@ -64,6 +64,7 @@ class DCGANGenerator(nn.Module):
         for i in range(n):
             last = i == n - 1
             c_in, c_out = channels[i], out_channels if last else channels[i + 1]
+            guide_options(upsampler, 0, f"DCGANGenerator stage {i}")  # a generator has no encoder to guide it
             with warnings_at_caller(f"DCGANGenerator stage {i} (upsampler_options): "):
                 up = create_upsampler(
                     upsampler, spatial_dims=2, in_channels=c_in, out_channels=c_out, scale=2, **options

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -9,7 +10,8 @@ from torch import nn
 
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_positive_int
-from upzoo.registry import create_upsampler, warnings_at_caller
+from upzoo.models.unet import per_stage
+from upzoo.registry import create_upsampler, guide_options, upsample, warnings_at_caller
 
 __all__ = ["smp_unet", "UpsamplerUnetDecoderBlock"]
 
@@ -34,7 +36,7 @@ class UpsamplerUnetDecoderBlock(nn.Module):
         target_width: int,
         skip_connection: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        x = self.upsample(feature_map)
+        x = upsample(self.upsample, feature_map, skip_connection)  # a guided block is guided by the skip
         if tuple(x.shape[2:]) != (target_height, target_width):
             raise ShapeError(
                 f"upsampled decoder feature {tuple(x.shape[2:])} does not match the skip size "
@@ -48,13 +50,15 @@ class UpsamplerUnetDecoderBlock(nn.Module):
 def smp_unet(
     encoder_name: str = "resnet34",
     *,
-    upsampler: str = "interpolate",
+    upsampler: str | Sequence[str] = "interpolate",
     upsampler_options: dict[str, Any] | None = None,
     classes: int = 1,
     in_channels: int = 3,
     **smp_kwargs: Any,
 ) -> nn.Module:
-    """An ``smp.Unet`` whose decoder blocks upsample with a registered block (x2 each).
+    """An ``smp.Unet`` whose decoder blocks upsample with a registered block (x2 each); one name,
+    or one per decoder block (deepest first). A guided block (``fade``, ``sapa``) takes the block's
+    skip as its guide; the last block has no skip, so it needs an unguided one there.
 
     Each upsampler keeps the channel count, so smp's decoder convolutions are unchanged; with
     ``upsampler="interpolate"`` and ``mode="nearest"`` the model computes exactly what ``smp.Unet``
@@ -78,11 +82,14 @@ def smp_unet(
     model = smp.Unet(encoder_name, encoder_weights=None, classes=classes, in_channels=in_channels, **smp_kwargs)
     options = dict(upsampler_options or {})
     blocks = model.decoder.blocks
-    for i, block in enumerate(blocks):
-        channels = block.conv1[0].in_channels - _skip_channels(model, i)
+    names = per_stage(upsampler, len(blocks), "upsampler", "interpolate")
+    for i, (block, name) in enumerate(zip(blocks, names)):
+        skip = _skip_channels(model, i)
+        channels = block.conv1[0].in_channels - skip
+        guide = guide_options(name, skip, f"smp_unet decoder block {i}")
         with warnings_at_caller(f"smp_unet decoder block {i} (upsampler_options): "):
             up = create_upsampler(
-                upsampler, spatial_dims=2, in_channels=channels, out_channels=channels, scale=2, **options
+                name, spatial_dims=2, in_channels=channels, out_channels=channels, scale=2, **guide, **options
             )
         blocks[i] = UpsamplerUnetDecoderBlock(block, up)
     return model

@@ -16,7 +16,7 @@ from upzoo.layers import check_input_shape, check_positive_int, conv_nd
 from upzoo.models.blocks import DoubleConv
 from upzoo.models.encoders import Encoder, create_encoder, stage_scales
 from upzoo.models.sizes import AxisRule, find_axis_rule
-from upzoo.registry import create_upsampler, warnings_at_caller
+from upzoo.registry import create_upsampler, guide_options, upsample, warnings_at_caller
 
 __all__ = ["UNet", "DecoderStage"]
 
@@ -28,7 +28,8 @@ class DecoderStage(nn.Module):
     """Upsample (a registered block) -> concatenate the skip (if any) -> two conv-norm-act layers.
 
     ``(B, C_in, *S), skip (B, C_skip, *S * scale) -> (B, C_out, *S * scale)``. The upsampler keeps
-    the channel count, so every upsampler is compared inside the same decoder convolutions.
+    the channel count, so every upsampler is compared inside the same decoder convolutions; a guided
+    upsampler (FADE, SAPA) takes the skip as its guide.
     """
 
     def __init__(
@@ -43,6 +44,7 @@ class DecoderStage(nn.Module):
         upsampler_options: dict[str, Any],
         norm: str,
         act: str,
+        name: str = "decoder stage",
     ) -> None:
         super().__init__()
         self.upsample = create_upsampler(
@@ -51,12 +53,13 @@ class DecoderStage(nn.Module):
             in_channels=in_channels,
             out_channels=in_channels,
             scale=scale,
+            **guide_options(upsampler, skip_channels, name),
             **upsampler_options,
         )
         self.conv = DoubleConv(spatial_dims, in_channels + skip_channels, out_channels, norm=norm, act=act)
 
     def forward(self, x: torch.Tensor, skip: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.upsample(x)
+        x = upsample(self.upsample, x, skip)  # a guided block is guided by the skip
         if skip is not None:
             x = torch.cat([x, skip], dim=1)
         return self.conv(x)
@@ -84,7 +87,7 @@ def checkpointed(module: nn.Module, *args: torch.Tensor | None):
     )
 
 
-def _per_stage(value: Any, n: int, name: str, default: Any) -> list[Any]:
+def per_stage(value: Any, n: int, name: str, default: Any) -> list[Any]:
     if value is None:
         return [default] * n
     if isinstance(value, (list, tuple)):
@@ -214,18 +217,27 @@ class UNet(nn.Module):
             raise ConfigError(
                 f"decoder_channels needs {n} entries (one per decoder stage), got {list(decoder_channels)}"
             )
-        names = _per_stage(upsampler, n, "upsampler", "transposed")
+        names = per_stage(upsampler, n, "upsampler", "transposed")
         if isinstance(upsampler_options, dict) or upsampler_options is None:
             options = [dict(upsampler_options or {}) for _ in range(n)]
         else:
-            options = [dict(o or {}) for o in _per_stage(list(upsampler_options), n, "upsampler_options", {})]
+            options = [dict(o or {}) for o in per_stage(list(upsampler_options), n, "upsampler_options", {})]
         ins = [self.encoder.channels[-1]] + list(decoder_channels[:-1])
         stages = []
         for index, (i, s, o, sc, name, opt) in enumerate(zip(ins, skips, decoder_channels, scales, names, options)):
             with warnings_at_caller(f"UNet decoder stage {index} (upsampler_options): ", stacklevel=4):
                 stages.append(
                     DecoderStage(
-                        spatial_dims, i, s, o, scale=sc, upsampler=name, upsampler_options=opt, norm=norm, act=act
+                        spatial_dims,
+                        i,
+                        s,
+                        o,
+                        scale=sc,
+                        upsampler=name,
+                        upsampler_options=opt,
+                        norm=norm,
+                        act=act,
+                        name=f"UNet decoder stage {index}",
                     )
                 )
         self.decoder = nn.ModuleList(stages)

@@ -3,15 +3,19 @@
 from upzoo.upsamplers.base import Upsampler
 from upzoo.upsamplers.carafe import CarafeUpsampler
 from upzoo.upsamplers.dysample import DySampleUpsampler
+from upzoo.upsamplers.fade import FadeUpsampler
 from upzoo.upsamplers.interp_conv import InterpConvUpsampler
 from upzoo.upsamplers.interpolate import InterpolateUpsampler
 from upzoo.upsamplers.pixel_shuffle import PixelShuffleUpsampler, icnr_, pixel_shuffle_nd
+from upzoo.upsamplers.sapa import SapaUpsampler
 from upzoo.upsamplers.transposed import CheckerboardWarning, TransposedConvUpsampler, transposed_output_size
 
 __all__ = [
     "Upsampler",
     "CarafeUpsampler",
     "DySampleUpsampler",
+    "FadeUpsampler",
+    "SapaUpsampler",
     "InterpConvUpsampler",
     "InterpolateUpsampler",
     "PixelShuffleUpsampler",

@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from upzoo.errors import ConfigError
+from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape, check_positive_int, to_ntuple
 
 __all__ = ["Upsampler", "PostFilter", "MAX_SCALE"]
@@ -37,6 +37,8 @@ class Upsampler(nn.Module):
     kind: ClassVar[str] = "upsampler"
     supported_spatial_dims: ClassVar[tuple[int, ...]] = (2, 3)
     any_channels: ClassVar[bool] = False  # channel-wise blocks may leave the channels unset (None): any count
+    needs_guide: ClassVar[bool] = False  # guided blocks take forward(x, guide) and a guide_channels option
+    guide_channels: int | None = None
 
     def __init__(
         self, *, spatial_dims: int, in_channels: int | None, out_channels: int | None, scale: int | Sequence[int]
@@ -77,11 +79,43 @@ class Upsampler(nn.Module):
         channels = shape[1] if self.out_channels is None else self.out_channels
         return (shape[0], channels, *self.output_spatial(shape[2:]))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_input_shape(x.shape, spatial_dims=self.spatial_dims, channels=self.in_channels, owner=type(self).__name__)
-        return self.upsample(x)
+    def forward(self, x: torch.Tensor, guide: torch.Tensor | None = None) -> torch.Tensor:
+        """``x (B, in_channels, *S) -> (B, out_channels, *S_out)``.
 
-    def upsample(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        ``guide``: the high-resolution feature a guided block (``needs_guide``) generates its
+        kernels from, ``(B, guide_channels, *S_out)`` — in a U-Net, the encoder skip at the output
+        resolution. Blocks without a guide accept one and do not use it.
+
+        Raises:
+            ShapeError: wrong input dims or channels, a missing guide, or a guide of the wrong shape.
+        """
+        shape = check_input_shape(
+            x.shape, spatial_dims=self.spatial_dims, channels=self.in_channels, owner=type(self).__name__
+        )
+        if not self.needs_guide:
+            return self.upsample(x)
+        self.check_guide(shape, guide)
+        return self.upsample(x, guide)
+
+    def check_guide(self, input_shape: Sequence[int], guide: torch.Tensor | None) -> None:
+        """A guided block's guide must be ``(B, guide_channels, *S_out)`` for this input.
+
+        Raises:
+            ShapeError: naming the expected and the given shape.
+        """
+        name = type(self).__name__
+        expected = (input_shape[0], self.guide_channels, *self.output_spatial(tuple(input_shape[2:])))
+        if guide is None:
+            raise ShapeError(
+                f"{name} is guided: call it as block(x, guide) with guide of shape {expected} (the "
+                f"encoder feature at the output resolution)"
+            )
+        if tuple(guide.shape) != expected:
+            raise ShapeError(
+                f"{name} expects a guide of shape {expected} for input {tuple(input_shape)}, got {tuple(guide.shape)}"
+            )
+
+    def upsample(self, x: torch.Tensor, guide: torch.Tensor | None = None) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
 
     def extra_repr(self) -> str:

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from upzoo.errors import ConfigError
 from upzoo.layers import check_positive_int
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
-from upzoo.upsamplers.pixel_shuffle import pixel_shuffle_nd
+from upzoo.upsamplers.reassembly import reassemble
 
 __all__ = ["CarafeUpsampler"]
 
@@ -64,12 +63,9 @@ class CarafeUpsampler(Upsampler):
         )
 
     def upsample(self, x: torch.Tensor) -> torch.Tensor:
-        b, c, h, w = x.shape
-        k2, r = self.kernel_up**2, self.scale_product
-        kernels = self.encoder(self.compress(x)).reshape(b, k2, r, h, w).softmax(dim=1)
-        patches = F.unfold(x, self.kernel_up, padding=self.kernel_up // 2).reshape(b, c, k2, h, w)
-        y = torch.einsum("bckhw,bkrhw->bcrhw", patches, kernels).reshape(b, c * r, h, w)
-        y = pixel_shuffle_nd(y, self.scale)
+        b, _, h, w = x.shape
+        kernels = self.encoder(self.compress(x)).reshape(b, self.kernel_up**2, self.scale_product, h, w).softmax(dim=1)
+        y = reassemble(x, kernels, self.kernel_up, self.scale)
         return self.proj(y) if self.proj is not None else y
 
     def extra_repr(self) -> str:

@@ -1,0 +1,116 @@
+"""SAPA (Lu et al., NeurIPS 2022, "SAPA: Similarity-Aware Point Affiliation for Feature
+Upsampling"), pure PyTorch, 2D, guided by the encoder feature at the output resolution."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from upzoo.errors import ConfigError
+from upzoo.layers import check_positive_int
+from upzoo.registry import register_upsampler
+from upzoo.upsamplers.base import Upsampler
+from upzoo.upsamplers.reassembly import neighbourhoods, pixel_unshuffle_2d, reassemble
+
+__all__ = ["SapaUpsampler"]
+
+Variant = Literal["bilinear", "inner"]
+
+
+def _channel_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+    """LayerNorm over the channels of every point of ``(B, C, H, W)``."""
+    return F.layer_norm(x.movedim(1, -1), norm.normalized_shape, norm.weight, norm.bias, norm.eps).movedim(-1, 1)
+
+
+@register_upsampler("sapa")
+class SapaUpsampler(Upsampler):
+    """SAPA: each output point affiliates with the decoder points of its source neighbourhood it is
+    similar to.
+
+    ``x (B, C_in, H, W), guide (B, C_guide, H*s_h, W*s_w) -> (B, C_out, H*s_h, W*s_w)``. Both
+    features are layer-normalised per point; the kernel of output point ``p`` over the
+    ``kernel_size x kernel_size`` neighbourhood ``N(p)`` of its source point is
+    ``softmax_{q in N(p)} sim(guide_p, x_q)`` (neighbours outside the image take no part), and the
+    output is the kernel-weighted sum of ``x`` over ``N(p)`` (the decoder feature itself, not
+    normalised). The similarity is
+
+    * ``bilinear`` (SAPA-B, the released model): ``(W_q guide_p)ᵀ (W_k x_q)`` with learned
+      projections to ``embedding_channels``;
+    * ``inner`` (SAPA-I, no learned parameters): ``guide_pᵀ x_q``; needs ``guide_channels ==
+      in_channels``.
+
+    The paper's gated variant (SAPA-G) is not included. Everything runs at the input resolution
+    (queries rearranged to their source points), and a 1x1 conv projects to ``out_channels`` when it
+    differs. 2D only, as the paper (the neighbourhood unfold has no 3D counterpart in PyTorch).
+
+    Args:
+        guide_channels: channels of the guide (the encoder skip).
+        kernel_size: neighbourhood (odd), 5 in the paper.
+        embedding_channels: width of the query/key projections (``bilinear``), 64 in the paper.
+        variant: ``bilinear`` or ``inner``.
+
+    >>> up = SapaUpsampler(spatial_dims=2, in_channels=8, out_channels=8, scale=2, guide_channels=4)
+    >>> up(torch.rand(1, 8, 5, 6), torch.rand(1, 4, 10, 12)).shape
+    torch.Size([1, 8, 10, 12])
+    """
+
+    supported_spatial_dims = (2,)
+    needs_guide = True
+
+    def __init__(
+        self,
+        *,
+        spatial_dims: int,
+        in_channels: int,
+        out_channels: int,
+        scale: int | Sequence[int],
+        guide_channels: int,
+        kernel_size: int = 5,
+        embedding_channels: int = 64,
+        variant: Variant = "bilinear",
+    ) -> None:
+        super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
+        self.guide_channels = check_positive_int(guide_channels, "guide_channels")
+        if check_positive_int(kernel_size, "kernel_size") % 2 == 0:
+            raise ConfigError(f"sapa kernel_size must be odd, got {kernel_size}")
+        if variant not in ("bilinear", "inner"):
+            raise ConfigError(f"sapa variant must be 'bilinear' or 'inner', got {variant!r}")
+        if variant == "inner" and self.guide_channels != self.in_channels:
+            raise ConfigError(
+                f"sapa variant 'inner' compares features directly: guide_channels "
+                f"({self.guide_channels}) must equal in_channels ({self.in_channels}); use 'bilinear'"
+            )
+        self.kernel_size, self.variant = kernel_size, variant
+        learned = variant == "bilinear"
+        self.norm_guide = nn.LayerNorm(self.guide_channels, elementwise_affine=learned)
+        self.norm_x = nn.LayerNorm(self.in_channels, elementwise_affine=learned)
+        mid = check_positive_int(embedding_channels, "embedding_channels")
+        self.query = nn.Conv2d(self.guide_channels, mid, 1) if learned else None
+        self.key = nn.Conv2d(self.in_channels, mid, 1) if learned else None
+        self.proj = nn.Conv2d(self.in_channels, self.out_channels, 1) if self.out_channels != self.in_channels else None
+        if learned:
+            for conv in (self.query, self.key):
+                nn.init.trunc_normal_(conv.weight, std=0.02)
+                nn.init.zeros_(conv.bias)
+
+    def kernels(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
+        """Softmax-normalised affiliation kernels ``(B, k², s_h * s_w, H, W)``."""
+        q, k = _channel_norm(self.norm_guide, guide), _channel_norm(self.norm_x, x)
+        if self.query is not None:
+            q, k = self.query(q), self.key(k)
+        similarity = torch.einsum(
+            "bdrhw,bdkhw->bkrhw", pixel_unshuffle_2d(q, self.scale), neighbourhoods(k, self.kernel_size)
+        )
+        inside = neighbourhoods(torch.ones_like(x[:1, :1]), self.kernel_size) > 0  # (1, 1, k², H, W)
+        return similarity.masked_fill(~inside.transpose(1, 2), float("-inf")).softmax(dim=1)
+
+    def upsample(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
+        y = reassemble(x, self.kernels(x, guide), self.kernel_size, self.scale)
+        return self.proj(y) if self.proj is not None else y
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, guide_channels={self.guide_channels}, variant={self.variant!r}"
