@@ -73,8 +73,8 @@ def sapa_reference(block, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
 
     q, key = norm(block.norm_guide, guide), norm(block.norm_x, x)  # channels last
     if block.query is not None:
-        q = q @ block.query.weight[:, :, 0, 0].T + block.query.bias
-        key = key @ block.key.weight[:, :, 0, 0].T + block.key.bias
+        q = q @ block.query.weight.T + block.query.bias
+        key = key @ block.key.weight.T + block.key.bias
     out = torch.zeros(x.shape[0], x.shape[1], *guide.shape[2:], dtype=x.dtype)
     for i in range(guide.shape[2]):
         for j in range(guide.shape[3]):

@@ -14,16 +14,28 @@ from upzoo.errors import ConfigError
 from upzoo.layers import check_positive_int
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
-from upzoo.upsamplers.reassembly import neighbourhoods, pixel_unshuffle_2d, reassemble
+from upzoo.upsamplers.reassembly import reassemble
 
 __all__ = ["SapaUpsampler"]
 
 Variant = Literal["bilinear", "inner"]
 
 
-def _channel_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
-    """LayerNorm over the channels of every point of ``(B, C, H, W)``."""
-    return F.layer_norm(x.movedim(1, -1), norm.normalized_shape, norm.weight, norm.bias, norm.eps).movedim(-1, 1)
+def _source_layout(q: torch.Tensor, scale: Sequence[int]) -> torch.Tensor:
+    """Channels-last ``(B, H*s_h, W*s_w, D) -> (B, H, W, s_h * s_w, D)``: every output point's
+    query at its source point (sub-position ``i * s_w + j``, as :func:`pixel_unshuffle_2d`)."""
+    b, hs, ws, d = q.shape
+    sh, sw = scale
+    q = q.reshape(b, hs // sh, sh, ws // sw, sw, d).permute(0, 1, 3, 2, 4, 5)
+    return q.reshape(b, hs // sh, ws // sw, sh * sw, d)
+
+
+def _windows(k: torch.Tensor, size: int) -> torch.Tensor:
+    """Channels-last ``(B, H, W, D) -> (B, H, W, D, size²)``, zero-padded neighbourhoods: a strided
+    view of the padded keys, so the similarity's matmul reads them without an unfolded copy."""
+    r = size // 2
+    b, h, w, d = k.shape
+    return F.pad(k, (0, 0, r, r, r, r)).unfold(1, size, 1).unfold(2, size, 1).reshape(b, h, w, d, size * size)
 
 
 @register_upsampler("sapa")
@@ -45,7 +57,7 @@ class SapaUpsampler(Upsampler):
 
     The paper's gated variant (SAPA-G) is not included. Everything runs at the input resolution
     (queries rearranged to their source points), and a 1x1 conv projects to ``out_channels`` when it
-    differs. 2D only, as the paper (the neighbourhood unfold has no 3D counterpart in PyTorch).
+    differs. 2D only, as the paper.
 
     Args:
         guide_channels: channels of the guide (the encoder skip).
@@ -89,24 +101,24 @@ class SapaUpsampler(Upsampler):
         self.norm_guide = nn.LayerNorm(self.guide_channels, elementwise_affine=learned)
         self.norm_x = nn.LayerNorm(self.in_channels, elementwise_affine=learned)
         mid = check_positive_int(embedding_channels, "embedding_channels")
-        self.query = nn.Conv2d(self.guide_channels, mid, 1) if learned else None
-        self.key = nn.Conv2d(self.in_channels, mid, 1) if learned else None
+        self.query = nn.Linear(self.guide_channels, mid) if learned else None
+        self.key = nn.Linear(self.in_channels, mid) if learned else None
         self.proj = nn.Conv2d(self.in_channels, self.out_channels, 1) if self.out_channels != self.in_channels else None
         if learned:
-            for conv in (self.query, self.key):
-                nn.init.trunc_normal_(conv.weight, std=0.02)
-                nn.init.zeros_(conv.bias)
+            for projection in (self.query, self.key):
+                nn.init.trunc_normal_(projection.weight, std=0.02)
+                nn.init.zeros_(projection.bias)
 
     def kernels(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
-        """Softmax-normalised affiliation kernels ``(B, k², s_h * s_w, H, W)``."""
-        q, k = _channel_norm(self.norm_guide, guide), _channel_norm(self.norm_x, x)
+        """Softmax-normalised affiliation kernels ``(B, k², s_h * s_w, H, W)``. Computed channels-last:
+        the queries at their source points times strided views of the key neighbourhoods."""
+        q, k = self.norm_guide(guide.movedim(1, -1)), self.norm_x(x.movedim(1, -1))
         if self.query is not None:
             q, k = self.query(q), self.key(k)
-        similarity = torch.einsum(
-            "bdrhw,bdkhw->bkrhw", pixel_unshuffle_2d(q, self.scale), neighbourhoods(k, self.kernel_size)
-        )
-        inside = neighbourhoods(torch.ones_like(x[:1, :1]), self.kernel_size) > 0  # (1, 1, k², H, W)
-        return similarity.masked_fill(~inside.transpose(1, 2), float("-inf")).softmax(dim=1)
+        similarity = torch.matmul(_source_layout(q, self.scale), _windows(k, self.kernel_size))  # (B, H, W, r, k²)
+        inside = _windows(torch.ones_like(k[:1, :, :, :1]), self.kernel_size) > 0  # (1, H, W, 1, k²)
+        weights = similarity.masked_fill(~inside, float("-inf")).softmax(dim=-1)
+        return weights.permute(0, 4, 3, 1, 2)
 
     def upsample(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
         y = reassemble(x, self.kernels(x, guide), self.kernel_size, self.scale)
