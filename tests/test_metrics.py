@@ -102,3 +102,69 @@ def test_iou_equals_cityscapesscripts_on_real_shaped_label_maps(tmp_path):
     expected = _cityscapes_reference(pairs, tmp_path)
     ours = acc.compute()["per_class_iou"]
     assert ours == pytest.approx(expected, nan_ok=True)
+
+
+# -- Boundary IoU ------------------------------------------------------------------------------------
+def _boundary_reference(labels: np.ndarray, cls: int, dilation: int) -> np.ndarray:
+    """The paper's reference construction: the class mask minus its erosion by ``dilation``
+    iterations of a 3x3 square, the image padded with background (so its border is a contour)."""
+    import cv2
+
+    mask = (labels == cls).astype(np.uint8)
+    padded = cv2.copyMakeBorder(mask, 1, 1, 1, 1, cv2.BORDER_CONSTANT, value=0)
+    eroded = cv2.erode(padded, np.ones((3, 3), np.uint8), iterations=dilation)[1:-1, 1:-1]
+    return (mask - eroded).astype(bool)
+
+
+def _boundary_iou_reference(preds, targets, num_classes, ratio, ignore=255):
+    inter, union = np.zeros(num_classes), np.zeros(num_classes)
+    for p, t in zip(preds, targets):
+        d = max(1, int(round(ratio * np.hypot(*t.shape))))
+        valid = t != ignore
+        for c in range(num_classes):
+            gb, pb = _boundary_reference(t, c, d) & valid, _boundary_reference(p, c, d) & valid
+            inter[c] += (gb & pb).sum()
+            union[c] += (gb | pb).sum()
+    with np.errstate(invalid="ignore"):
+        return np.where(union > 0, inter / np.maximum(union, 1), np.nan)
+
+
+def _blobs(rng, shape, classes, count):
+    labels = np.zeros(shape, np.int64)
+    yy, xx = np.mgrid[: shape[0], : shape[1]]
+    for _ in range(count):
+        cy, cx, r = rng.uniform(0, shape[0]), rng.uniform(0, shape[1]), rng.uniform(2, shape[0] / 3)
+        labels[(yy - cy) ** 2 + (xx - cx) ** 2 < r * r] = rng.integers(0, classes)
+    return labels
+
+
+@pytest.mark.parametrize("ratio", [0.005, 0.02, 0.08])
+def test_boundary_iou_equals_the_papers_erosion_construction(ratio):
+    from upzoo.metrics import BoundaryIoU
+
+    rng = np.random.default_rng(int(ratio * 1000))
+    targets = [_blobs(rng, (48, 64), 5, 12) for _ in range(3)]
+    preds = [np.where(rng.random(t.shape) < 0.05, rng.integers(0, 5, t.shape), np.roll(t, 2, axis=1)) for t in targets]
+    targets[0][:5, :5] = 255  # ignored pixels are not counted
+    acc = BoundaryIoU(num_classes=5, dilation_ratio=ratio)
+    for p, t in zip(preds, targets):
+        acc.update(torch.from_numpy(p)[None], torch.from_numpy(t)[None])
+    expected = _boundary_iou_reference(preds, targets, 5, ratio)
+    np.testing.assert_allclose(acc.compute()["per_class_boundary_iou"], expected, rtol=1e-12)
+
+
+def test_boundary_iou_streams_and_keeps_nan_for_absent_classes():
+    from upzoo.metrics import BoundaryIoU, boundary_iou
+
+    rng = np.random.default_rng(0)
+    t = torch.from_numpy(np.stack([_blobs(rng, (32, 32), 3, 6) for _ in range(4)]))
+    p = torch.roll(t, 1, dims=2)
+    whole, per_class = boundary_iou(p, t, num_classes=4)
+    acc = BoundaryIoU(num_classes=4)
+    acc.update(p[:2], t[:2])
+    acc.update(p[2:], t[2:])
+    assert acc.compute()["boundary_iou"] == pytest.approx(whole)
+    assert math.isnan(per_class[3]) and 0 < whole < 1
+    assert boundary_iou(t, t, num_classes=4)[0] == 1.0
+    with pytest.raises(ShapeError, match="Boundary IoU takes label maps"):
+        acc.update(p, t[:1])

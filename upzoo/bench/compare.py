@@ -20,7 +20,7 @@ from upzoo.registry import UPSAMPLERS, create_upsampler, list_upsamplers
 __all__ = ["count_flops", "bench_blocks", "bench_model", "compare_upsamplers", "BLOCK_COLUMNS", "COMPARE_COLUMNS"]
 
 BLOCK_COLUMNS = ["block", "params", "gflops", "forward_ms", "fwd_bwd_ms", "peak_mib", "checkerboard"]
-COMPARE_COLUMNS = ["upsampler", "miou", "fps", "peak_train_mib", "params"]
+COMPARE_COLUMNS = ["upsampler", "miou", "boundary_iou", "fps", "peak_train_mib", "params", "gflops"]
 
 
 def count_flops(module: nn.Module, x: torch.Tensor) -> int:
@@ -227,10 +227,13 @@ def compare_upsamplers(
         sample = bundle.val[0]["image"] if bundle.val is not None else bundle.train[0]["image"]
         shape = (1, *sample.shape) if variant.data.kind != "volumes" else (1, sample.shape[0], *variant.data.crop_size)
         measured = bench_model(model, shape, device=device, runs=fps_runs)
+        val = summary.get("val") or {}
         rows.append(
             {
                 "upsampler": name,
-                "miou": (summary.get("val") or {}).get("miou", float("nan")),
+                "miou": val.get("miou", float("nan")),
+                "boundary_iou": val.get("boundary_iou", float("nan")),
+                "gflops": count_flops(model.eval(), torch.zeros(shape)) / 1e9,
                 "fps": measured["fps"],
                 "peak_train_mib": measured["peak_train_mib"],
                 "params": measured["params"],

@@ -116,8 +116,9 @@ def bench_compare_command(
     as_json: bool,
     as_csv: bool,
 ) -> None:
-    """Train and evaluate RECIPE once per upsampler (same budget and seed): upsampler | mIoU | FPS |
-    peak memory | params, as a table plus compare.png, compare.csv and compare.json in --out."""
+    """Train and evaluate RECIPE once per upsampler (same budget and seed): upsampler | mIoU |
+    Boundary IoU | FPS | peak memory | params | GFLOPs, as a table plus compare.png, compare.csv and
+    compare.json in --out. Guided upsamplers (fade, sapa) need a skip at every stage (a plain encoder)."""
     from pathlib import Path
 
     from upzoo.bench.compare import COMPARE_COLUMNS, bar_chart, compare_upsamplers

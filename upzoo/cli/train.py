@@ -124,7 +124,8 @@ def train_command(
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a recipe value.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def eval_command(recipe: str, checkpoint: str, overrides: tuple[str, ...], as_json: bool) -> None:
-    """Evaluate a segmentation CHECKPOINT on RECIPE's validation split: per-class IoU, mIoU, Dice."""
+    """Evaluate a segmentation CHECKPOINT on RECIPE's validation split: per-class IoU, Dice and (2D)
+    Boundary IoU; mIoU, pixel accuracy, mean Dice, mean Boundary IoU."""
     from upzoo.eval import evaluate_checkpoint
     from upzoo.recipe import load_recipe
     from upzoo.tables import render_table
@@ -133,12 +134,18 @@ def eval_command(recipe: str, checkpoint: str, overrides: tuple[str, ...], as_js
     if as_json:
         click.echo(to_json(result))
         return
+    boundary = result.get("per_class_boundary_iou") or [None] * len(result["class_names"])
     rows = [
-        {"class": name, "IoU": iou, "Dice": dice}
-        for name, iou, dice in zip(result["class_names"], result["per_class_iou"], result["per_class_dice"])
+        {"class": name, "IoU": iou, "Dice": dice, "Boundary IoU": b}
+        for name, iou, dice, b in zip(
+            result["class_names"], result["per_class_iou"], result["per_class_dice"], boundary
+        )
     ]
-    click.echo(render_table(rows, ["class", "IoU", "Dice"]))
+    columns = ["class", "IoU", "Dice"] + (["Boundary IoU"] if "boundary_iou" in result else [])
+    click.echo(render_table(rows, columns))
+    extra = f"  Boundary IoU {result['boundary_iou']:.4f}" if "boundary_iou" in result else ""
     click.echo(
         f"\nmIoU {result['miou']:.4f}  pixel accuracy {result['pixel_accuracy']:.4f}  "
-        f"mean Dice {result['mean_dice']:.4f}  ({result['samples']} validation samples)"
+        f"mean Dice {result['mean_dice']:.4f}{extra}  ({result['samples']} validation samples; NaN: a class "
+        f"absent from prediction and ground truth)"
     )

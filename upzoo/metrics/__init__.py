@@ -1,5 +1,7 @@
-"""Metrics: dataset-level confusion matrix, IoU, mIoU, pixel accuracy, Dice; image checkerboard."""
+"""Metrics: dataset-level confusion matrix, IoU, mIoU, pixel accuracy, Dice; Boundary IoU; image
+checkerboard."""
 
+from upzoo.metrics.boundary import BoundaryIoU, boundary_iou
 from upzoo.metrics.checkerboard import image_checkerboard
 from upzoo.metrics.confusion import (
     ConfusionMatrix,
@@ -18,4 +20,6 @@ __all__ = [
     "mean_iou",
     "pixel_accuracy",
     "image_checkerboard",
+    "BoundaryIoU",
+    "boundary_iou",
 ]

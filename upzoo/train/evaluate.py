@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from upzoo.data.loading import iterate_loader
-from upzoo.metrics import ConfusionMatrix
+from upzoo.metrics import BoundaryIoU, ConfusionMatrix
 from upzoo.train.common import autocast
 from upzoo.train.distributed import DistContext, ResumableSampler
 
@@ -41,7 +41,8 @@ def evaluate_segmentation(
 ) -> tuple[dict[str, Any], list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
     """Metrics of ``model`` on ``dataset`` and up to ``keep`` ``(image, mask, prediction)`` examples.
 
-    Each rank evaluates its share of the samples (no sample twice); the confusion matrices are summed.
+    Each rank evaluates its share of the samples (no sample twice); the confusion matrices (and for
+    2D images the Boundary IoU counts) are summed.
     """
     from upzoo.inference import sliding_window_inference
 
@@ -52,6 +53,7 @@ def evaluate_segmentation(
     sampler = ResumableSampler(dataset, shuffle=False, rank=ctx.rank, world_size=ctx.world_size)
     loader = DataLoader(dataset, batch_size=1, sampler=sampler, num_workers=num_workers)
     acc = ConfusionMatrix(num_classes, ignore_index)
+    boundary = None if volumes else BoundaryIoU(num_classes, ignore_index)
     examples = []
     for sample in iterate_loader(loader):
         image = sample["image"].to(device)
@@ -64,8 +66,14 @@ def evaluate_segmentation(
                 logits = _main_output(model(image))
         pred = logits.float().argmax(1).cpu()
         acc.update(pred, sample["mask"])
+        if boundary is not None:
+            boundary.update(pred, sample["mask"])
         if len(examples) < keep:
             examples.append((sample["image"][0], sample["mask"][0], pred[0]))
     acc.all_reduce()
+    metrics = acc.compute()
+    if boundary is not None:
+        boundary.all_reduce()
+        metrics.update(boundary.compute())
     model.train(was_training)
-    return acc.compute(), examples
+    return metrics, examples

@@ -81,7 +81,7 @@ class SegmentationTask(Task):
 
     kind = "segmentation"
     step_columns = ["loss"]
-    eval_columns = ["val_miou", "val_pixel_accuracy", "val_mean_dice"]
+    eval_columns = ["val_miou", "val_pixel_accuracy", "val_mean_dice", "val_boundary_iou"]
     best_key = "val_miou"
 
     def __init__(self, prepared: Prepared) -> None:
@@ -128,6 +128,7 @@ class SegmentationTask(Task):
             "val_miou": metrics["miou"],
             "val_pixel_accuracy": metrics["pixel_accuracy"],
             "val_mean_dice": metrics["mean_dice"],
+            "val_boundary_iou": metrics.get("boundary_iou", float("nan")),
         }
 
     def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
