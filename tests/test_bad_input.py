@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 from click.testing import CliRunner
+from conftest import small_recipe
 from PIL import Image
 
 from upzoo import UNet, create_upsampler, masked_gaussian_blur
@@ -47,27 +48,7 @@ def cache(tmp_path_factory) -> str:
 
 
 def tiny(cache: str, **data) -> dict:
-    return {
-        "model": {
-            "architecture": "unet",
-            "spatial_dims": 2,
-            "in_channels": 3,
-            "num_classes": 19,
-            "channels": [8, 16],
-            "upsampler": "interpolate",
-        },
-        "data": {
-            "synthetic_train": 4,
-            "synthetic_val": 1,
-            "synthetic_size": [32, 64],
-            "crop_size": [32, 32],
-            "batch_size": 2,
-            "num_workers": 0,
-            "cache_dir": cache,
-            **data,
-        },
-        "train": {"max_steps": 1, "log_every": 1},
-    }
+    return small_recipe(cache, model={"channels": [8, 16], "upsampler": "interpolate"}, data=data)
 
 
 @pytest.fixture(scope="module")

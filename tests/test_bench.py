@@ -11,6 +11,7 @@ import warnings
 import pytest
 import torch
 import yaml
+from conftest import small_recipe
 from torch import nn
 
 from upzoo import create_upsampler
@@ -120,29 +121,7 @@ def test_bench_commands(tmp_path):
     assert result.returncode == 0, result.stderr
     assert {r["block"] for r in json.loads(result.stdout)} >= {"transposed", "carafe"}
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        yaml.safe_dump(
-            {
-                "model": {
-                    "architecture": "unet",
-                    "spatial_dims": 2,
-                    "in_channels": 3,
-                    "num_classes": 19,
-                    "channels": [4, 8],
-                },
-                "data": {
-                    "synthetic_train": 4,
-                    "synthetic_val": 1,
-                    "synthetic_size": [32, 64],
-                    "crop_size": [32, 32],
-                    "batch_size": 2,
-                    "num_workers": 0,
-                    "cache_dir": str(tmp_path / "cache"),
-                },
-                "train": {"max_steps": 2},
-            }
-        )
-    )
+    recipe.write_text(yaml.safe_dump(small_recipe(tmp_path / "cache", train={"max_steps": 2})))
     result = _cli("bench", "model", str(recipe), "--runs", "2", "--json")
     assert result.returncode == 0, result.stderr
     measured = json.loads(result.stdout)

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import small_recipe
 
 from upzoo.errors import ConfigError
 from upzoo.recipe import apply_overrides, parse_recipe
@@ -134,34 +135,15 @@ def test_gradient_clipping_limits_the_update(tmp_path):
     from upzoo.train.engine import Trainer
     from upzoo.train.tasks import make_task
 
-    recipe = parse_recipe(
-        {
-            "model": {
-                "architecture": "unet",
-                "spatial_dims": 2,
-                "in_channels": 3,
-                "num_classes": 19,
-                "channels": [4, 8],
-            },
-            "data": {
-                "synthetic_train": 4,
-                "synthetic_val": 1,
-                "synthetic_size": [32, 64],
-                "crop_size": [32, 32],
-                "batch_size": 2,
-                "num_workers": 0,
-                "cache_dir": str(tmp_path / "cache"),
-            },
-            "train": {
-                "optimizer": "sgd",
-                "lr": 1.0,
-                "momentum": 0.0,
-                "weight_decay": 0.0,
-                "grad_clip": 0.5,
-                "schedule": "constant",
-            },
-        }
-    )
+    train = {
+        "optimizer": "sgd",
+        "lr": 1.0,
+        "momentum": 0.0,
+        "weight_decay": 0.0,
+        "grad_clip": 0.5,
+        "schedule": "constant",
+    }
+    recipe = parse_recipe(small_recipe(tmp_path / "cache", train=train))
     trainer = Trainer(make_task(prepare(recipe)), tmp_path / "run", progress=False)
     model = trainer.task.modules["model"]
     before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
