@@ -179,38 +179,15 @@ def test_model_solver_and_input_policies_agree_on_one_rule():
     options = {"kernel_size": 3, "padding": 1}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CheckerboardWarning)
-        net = UNet(
-            spatial_dims=2,
-            in_channels=1,
-            num_classes=1,
-            channels=(2, 2, 2),
-            norm="none",
-            upsampler="transposed",
-            upsampler_options=options,
-        ).eval()
-        strict = UNet(
-            spatial_dims=2,
-            in_channels=1,
-            num_classes=1,
-            channels=(2, 2, 2),
-            norm="none",
-            upsampler="transposed",
-            upsampler_options=options,
-            input_policy="strict",
-        ).eval()
+        common = dict(spatial_dims=2, in_channels=1, num_classes=1, channels=(2, 2, 2), upsampler="transposed")
+        net = UNet(**common, norm="none", upsampler_options=options).eval()
+        strict = UNet(**common, norm="none", upsampler_options=options, input_policy="strict").eval()
         with pytest.raises(
             ConfigError,
             match=r"runs at no size in 1\.\.96 on axis 0: at input size 16 decoder "
             r"stage 0 \(TransposedConvUpsampler\) makes 9 where its skip has 8",
         ):
-            UNet(
-                spatial_dims=2,
-                in_channels=1,
-                num_classes=1,
-                channels=(2, 2, 2),
-                upsampler="transposed",
-                upsampler_options={"kernel_size": 3},
-            )
+            UNet(**common, upsampler_options={"kernel_size": 3})
     solver = ShapeSolver(net)
     assert solver.rule(0).describe() == "1 + k*4 (k >= 0)" and net.size_rules[0] == solver.rule(0)
     native = _native(copy.deepcopy(net))
