@@ -31,4 +31,16 @@ __all__ = [
     "RegistryError",
     "ShapeError",
     "DataError",
+    "load_model",
+    "Predictor",
 ]
+
+
+def __getattr__(name: str):
+    """``upzoo.load_model`` and ``upzoo.Predictor``, imported on first use (they pull in the
+    recipe and training modules, which ``import upzoo`` alone does not need)."""
+    if name in ("load_model", "Predictor"):
+        from upzoo import inference
+
+        return getattr(inference, name)
+    raise AttributeError(f"module 'upzoo' has no attribute {name!r}")

@@ -21,6 +21,9 @@ __all__ = [
     "to_ntuple",
     "check_positive_int",
     "check_input_shape",
+    "refuse_jit_trace",
+    "pad_end",
+    "crop_start",
     "format_shape",
 ]
 
@@ -108,12 +111,41 @@ def format_shape(shape: Sequence[int]) -> str:
     return "x".join(str(s) for s in shape)
 
 
+def pad_end(x: torch.Tensor, padding: Sequence) -> torch.Tensor:
+    """Zero-pad each spatial axis of ``(B, C, *S)`` at its end by ``padding[axis]`` (ints or symbolic)."""
+    return torch.nn.functional.pad(x, [p for amount in reversed(padding) for p in (0, amount)])
+
+
+def crop_start(x: torch.Tensor, spatial: Sequence) -> torch.Tensor:
+    """``x[:, :, :spatial[0], :spatial[1], ...]``. Traced by ``torch.compile``/``torch.export``, the
+    crop is a copy (``slice_copy``): a view's contiguity would depend on the size, and the tracer
+    would specialise the graph to it (ONNX has no strides, and no ``slice_copy``: a view there)."""
+    if not torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export():
+        return x[(slice(None), slice(None)) + tuple(slice(0, s) for s in spatial)]
+    for axis, size in enumerate(spatial):
+        x = torch.slice_copy(x, axis + 2, 0, size)
+    return x
+
+
+def refuse_jit_trace(owner: str) -> None:
+    """Raise ``ConfigError`` inside ``torch.jit.trace`` (also the TorchScript ONNX exporter): it
+    records sizes and data-dependent choices as constants, so its graph would compute something
+    else than the model at other inputs."""
+    if torch.jit.is_tracing():
+        raise ConfigError(
+            f"{owner} cannot be traced by torch.jit.trace or the TorchScript ONNX exporter (torch.onnx.export with "
+            f"dynamo=False): that tracer turns sizes and data-dependent choices into constants; use "
+            f"`upzoo export`, torch.onnx.export(..., dynamo=True) or torch.export.export"
+        )
+
+
 def check_input_shape(shape: Sequence[int], *, spatial_dims: int, channels: int | None, owner: str) -> tuple[int, ...]:
     """Check ``shape`` is ``(B, channels, *S)`` with ``spatial_dims`` axes in ``S``.
 
     Raises:
         ShapeError: naming the expected layout, the shape that came, and the fix.
     """
+    refuse_jit_trace(owner)
     if not all(_is_int(s) or isinstance(s, torch.SymInt) for s in shape):
         raise ShapeError(f"{owner} takes a shape of whole numbers, got {tuple(shape)!r}")
     shape = tuple(shape)

@@ -34,6 +34,19 @@ class Prepared:
     def task(self) -> str:
         return self.recipe.task
 
+    def data_meta(self) -> dict[str, Any]:
+        """What using the trained model needs to know about its data, as plain data (checkpoints
+        hold it): class names, palette, image normalisation, voxel spacing, ignore index."""
+        bundle = self.data
+        return {
+            "class_names": list(bundle.class_names) if bundle.class_names else None,
+            "palette": self.palette.tolist() if self.palette is not None else None,
+            "mean": list(self.mean) if self.mean is not None else None,
+            "std": list(self.std) if self.std is not None else None,
+            "spacing": [float(s) for s in bundle.spacing] if bundle.spacing else None,
+            "ignore_index": int(bundle.ignore_index),
+        }
+
     def model_dict(self) -> dict[str, Any]:
         """The resolved model spec as plain data (what ``recipe.yaml`` and checkpoints hold)."""
         from upzoo.recipe import plain

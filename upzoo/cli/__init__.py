@@ -12,7 +12,7 @@ import warnings
 
 import click
 
-from upzoo.cli import bench, recipe, shapes, train  # noqa: F401  (registers the commands)
+from upzoo.cli import bench, recipe, shapes, train, use  # noqa: F401  (registers the commands)
 from upzoo.cli.group import cli
 from upzoo.errors import UpzooError, one_line
 

@@ -25,7 +25,8 @@ from typing import Literal
 import torch
 
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.layers import to_ntuple
+from upzoo.filters.select_blur import select_blur
+from upzoo.layers import refuse_jit_trace, to_ntuple
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import PostFilter
 
@@ -144,9 +145,15 @@ def _check_options(
     return sizes, sigmas, steps
 
 
-def _plan(spatial: Sequence[int], kernel_size, sigma, border: str, stride, soft, threshold=0.0) -> _Plan:
-    sizes, sigmas, steps = _check_options(len(spatial), kernel_size, sigma, border, stride, soft, threshold)
-    pads = tuple(k // 2 for k in sizes)
+def _taps_and_steps(n: int, kernel_size, sigma, border, stride, soft, threshold=0.0) -> tuple[tuple, tuple[int, ...]]:
+    """Check the options; return the per-axis Gaussian taps and strides."""
+    sizes, sigmas, steps = _check_options(n, kernel_size, sigma, border, stride, soft, threshold)
+    taps = tuple(gaussian_taps(k, float(sg) if sg is not None else None) for k, sg in zip(sizes, sigmas))
+    return taps, steps
+
+
+def _plan(spatial: Sequence[int], taps: tuple[tuple[float, ...], ...], border: str, steps: Sequence[int]) -> _Plan:
+    pads = tuple(len(k) // 2 for k in taps)
     if border == "reflect" and any(p >= s for p, s in zip(pads, spatial)):
         raise ShapeError(
             f"border='reflect' needs every spatial size > kernel_size // 2 {pads}, got {tuple(spatial)}; "
@@ -157,7 +164,6 @@ def _plan(spatial: Sequence[int], kernel_size, sigma, border: str, stride, soft,
         # positions r with r = p (mod s): the original loop's grid, starting at the first interior pixel
         start, stop = (p, size - p) if border == "valid" else (p % s, size)
         lattice.append((start, len(range(start, stop, s)), s))
-    taps = tuple(gaussian_taps(k, float(sg) if sg is not None else None) for k, sg in zip(sizes, sigmas))
     return _Plan(taps=taps, border=border, pads=pads, lattice=tuple(lattice))  # type: ignore[arg-type]
 
 
@@ -258,11 +264,11 @@ def _blend_weight(
 _FUSED_MAX_TAPS = 64  # per axis, MAX_TAPS in _masked_blur_cpu.c
 
 
-def _fused_applies(x: torch.Tensor, mask: torch.Tensor | None, plan: _Plan, soft: float | None) -> bool:
+def _fused_applies(x: torch.Tensor, mask: torch.Tensor | None, taps: tuple, soft: float | None) -> bool:
     """Whether the fused CPU kernel handles this call (otherwise the PyTorch formulation does)."""
     return (
         _cpu_kernel is not None
-        and max(len(taps) for taps in plan.taps) <= _FUSED_MAX_TAPS
+        and max(len(k) for k in taps) <= _FUSED_MAX_TAPS
         and mask is None
         and soft is None
         and x.device.type == "cpu"
@@ -321,11 +327,83 @@ def _fused_backward(x: torch.Tensor, grad_out: torch.Tensor, plan: _Plan, thresh
     return grad_x
 
 
+def _split_taps(flat: Sequence[float], kernel_size: Sequence[int]) -> tuple[tuple[float, ...], ...]:
+    starts = [sum(kernel_size[:i]) for i in range(len(kernel_size))]
+    return tuple(tuple(flat[a : a + k]) for a, k in zip(starts, kernel_size))
+
+
+@torch.library.custom_op("upzoo::masked_blur", mutates_args=())
+def fused_masked_blur(
+    x: torch.Tensor, taps: list[float], kernel_size: list[int], border: str, stride: list[int], threshold: float
+) -> torch.Tensor:
+    """The fused CPU kernel as one opaque op for autograd, ``torch.compile`` and ``torch.export``
+    (``taps``: the per-axis Gaussians, concatenated; ``kernel_size``: their lengths)."""
+    x = x.contiguous()
+    plan = _plan(x.shape[2:], _split_taps(taps, kernel_size), border, stride)
+    if any(count == 0 for _, count, _ in plan.lattice):
+        return x.clone()
+    return _fused_forward(x, plan, threshold)
+
+
+@torch.library.custom_op("upzoo::masked_blur_backward", mutates_args=())
+def fused_masked_blur_backward(
+    x: torch.Tensor,
+    grad_out: torch.Tensor,
+    taps: list[float],
+    kernel_size: list[int],
+    border: str,
+    stride: list[int],
+    threshold: float,
+) -> torch.Tensor:
+    """The input's gradient of :func:`fused_masked_blur` given the output's."""
+    x = x.contiguous()
+    plan = _plan(x.shape[2:], _split_taps(taps, kernel_size), border, stride)
+    if any(count == 0 for _, count, _ in plan.lattice):
+        return grad_out.to(x.dtype).clone()
+    return _fused_backward(x, grad_out, plan, threshold)
+
+
+@fused_masked_blur.register_fake
+def _fused_masked_blur_fake(x, taps, kernel_size, border, stride, threshold):
+    return torch.empty_like(x)
+
+
+@fused_masked_blur_backward.register_fake
+def _fused_masked_blur_backward_fake(x, grad_out, taps, kernel_size, border, stride, threshold):
+    return torch.empty_like(x)
+
+
+def _save_input(ctx, inputs, output) -> None:
+    ctx.save_for_backward(inputs[0])  # the input only: nothing new is kept
+    ctx.options = inputs[-5:]
+
+
+def _fused_vjp(ctx, grad_out):
+    (x,) = ctx.saved_tensors
+    return fused_masked_blur_backward(x, grad_out, *ctx.options), None, None, None, None, None
+
+
+def _save_decisions(ctx, inputs, output) -> None:
+    x, _, taps, kernel_size, border, stride, threshold = inputs
+    ctx.save_for_backward(x >= threshold)
+    ctx.options = (_split_taps(taps, kernel_size), border, stride)
+
+
+def _fused_vjp_vjp(ctx, grad_grad):
+    """With the decisions fixed the filter is linear, ``y = J x``, so its gradient ``J^T g`` has
+    derivative ``J`` in ``g`` (the blur with the decisions as its mask) and none in ``x``."""
+    (decisions,) = ctx.saved_tensors
+    taps, border, stride = ctx.options
+    return None, select_blur(grad_grad, decisions, taps, border, stride, 0.0, None), None, None, None, None, None
+
+
+fused_masked_blur.register_autograd(_fused_vjp, setup_context=_save_input)
+fused_masked_blur_backward.register_autograd(_fused_vjp_vjp, setup_context=_save_decisions)
+
+
 def _forward(
     x: torch.Tensor, mask: torch.Tensor | None, plan: _Plan, threshold: float, soft: float | None
 ) -> torch.Tensor:
-    if _fused_applies(x, mask, plan, soft):
-        return _fused_forward(x, plan, threshold)
     index = plan.index
     xs = x[index]
     mask_s = mask.expand(x.shape)[index] if mask is not None else None
@@ -356,8 +434,6 @@ def _vjp(
     mask_needs_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The gradients of the input and of a float mask, given the output's."""
-    if _fused_applies(x, mask, plan, soft):
-        return _fused_backward(x, grad_out, plan, threshold), None
     index = plan.index
     xs, gs = x[index], grad_out[index]
     mask_s = mask.expand(x.shape)[index] if mask is not None else None
@@ -469,6 +545,13 @@ def masked_gaussian_blur(
     >>> masked_gaussian_blur(x, threshold=1.0)[0, 0, 1, 1].item()
     1.0
     """
+    _check_tensors(x, mask, soft)
+    taps, steps = _taps_and_steps(x.ndim - 2, kernel_size, sigma, border, stride, soft, threshold)
+    return _blur(x, mask, taps, border, steps, float(threshold), None if soft is None else float(soft))
+
+
+def _check_tensors(x: torch.Tensor, mask: torch.Tensor | None, soft: float | None) -> None:
+    refuse_jit_trace("masked_gaussian_blur")
     if not isinstance(x, torch.Tensor):
         raise ConfigError(f"masked_gaussian_blur expects a torch.Tensor, got {type(x).__name__}")
     if x.ndim not in (4, 5):
@@ -493,10 +576,21 @@ def masked_gaussian_blur(
             raise ConfigError(
                 "soft applies to the threshold; with a mask, pass float blend weights as the mask instead"
             )
-    plan = _plan(x.shape[2:], kernel_size, sigma, border, stride, soft, threshold)
+
+
+def _blur(x: torch.Tensor, mask: torch.Tensor | None, taps: tuple, border: str, steps: tuple, threshold: float, soft):
+    """The blur with checked options: the fused op where it applies (eager, compile and
+    ``torch.export`` alike), the select formulation when traced otherwise or exported to ONNX, and
+    the lean shift-and-add autograd function in eager."""
+    if _fused_applies(x, mask, taps, soft) and not torch.onnx.is_in_onnx_export():
+        flat = [t for k in taps for t in k]
+        return fused_masked_blur(x, flat, [len(k) for k in taps], border, list(steps), threshold)
+    if torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export():
+        return select_blur(x, mask, taps, border, steps, threshold, soft)
+    plan = _plan(x.shape[2:], taps, border, steps)
     if any(count == 0 for _, count, _ in plan.lattice):
         return x.clone()  # nothing to blur (input smaller than the kernel with border='valid')
-    return _MaskedBlurFunction.apply(x, mask, plan, float(threshold), None if soft is None else float(soft))
+    return _MaskedBlurFunction.apply(x, mask, plan, threshold, soft)
 
 
 class MaskedGaussianBlur(PostFilter):
@@ -526,14 +620,18 @@ class MaskedGaussianBlur(PostFilter):
         self.options = dict(
             threshold=threshold, kernel_size=kernel_size, sigma=sigma, border=border, stride=stride, soft=soft
         )
-        _check_options(spatial_dims, kernel_size, sigma, border, stride, soft, threshold)  # fail now, not at forward
+        # checked now, not at forward
+        self._taps, self._steps = _taps_and_steps(spatial_dims, kernel_size, sigma, border, stride, soft, threshold)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         self.output_shape(x.shape)
-        return masked_gaussian_blur(x, mask=mask, **self.options)
+        return self.upsample(x, mask)
 
-    def upsample(self, x: torch.Tensor) -> torch.Tensor:
-        return masked_gaussian_blur(x, **self.options)
+    def upsample(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        _check_tensors(x, mask, self.options["soft"])
+        soft = self.options["soft"]
+        threshold, soft = float(self.options["threshold"]), None if soft is None else float(soft)
+        return _blur(x, mask, self._taps, self.options["border"], self._steps, threshold, soft)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.options.items())

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 
+import torch
+
 __all__ = ["AxisRule", "find_axis_rule"]
 
 
@@ -31,6 +33,15 @@ class AxisRule:
         if n <= self.minimum:
             return self.minimum
         return self.minimum + -(-(n - self.minimum) // self.multiple) * self.multiple
+
+    def padding(self, n):
+        """How much to add to ``n`` to reach :meth:`above` (``n`` may be a symbolic size: no branch).
+
+        >>> [AxisRule(multiple=4, minimum=5).padding(n) for n in (1, 5, 6, 9)]
+        [4, 0, 3, 0]
+        """
+        steps = (torch.sym_max(n, self.minimum) - self.minimum + self.multiple - 1) // self.multiple
+        return self.minimum + steps * self.multiple - n  # floor division only: traced, no modulo
 
     def below(self, n: int) -> int | None:
         """The largest valid size ``<= n`` (``None`` below the minimum)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,7 +10,7 @@ import torch
 from torch import nn
 
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.layers import check_positive_int
+from upzoo.layers import check_input_shape, check_positive_int, crop_start, pad_end
 from upzoo.models.unet import per_stage
 from upzoo.registry import create_upsampler, guide_options, upsample, warnings_at_caller
 
@@ -69,7 +70,6 @@ def smp_unet(
     Raises:
         ConfigError: ``encoder_weights`` other than None (load local weights into ``net.encoder``).
     """
-    import segmentation_models_pytorch as smp
 
     check_positive_int(classes, "classes")
     check_positive_int(in_channels, "in_channels")
@@ -79,7 +79,7 @@ def smp_unet(
             "smp_unet never downloads weights: pass encoder_weights=None and load a local file with "
             "upzoo.models.encoders.load_encoder_weights(net.encoder, path)"
         )
-    model = smp.Unet(encoder_name, encoder_weights=None, classes=classes, in_channels=in_channels, **smp_kwargs)
+    model = _padding_unet()(encoder_name, encoder_weights=None, classes=classes, in_channels=in_channels, **smp_kwargs)
     options = dict(upsampler_options or {})
     blocks = model.decoder.blocks
     names = per_stage(upsampler, len(blocks), "upsampler", "interpolate")
@@ -93,6 +93,28 @@ def smp_unet(
             )
         blocks[i] = UpsamplerUnetDecoderBlock(block, up)
     return model
+
+
+@functools.cache
+def _padding_unet() -> type[nn.Module]:
+    """``smp.Unet`` that takes any input size: it pads up to a multiple of the encoder's output
+    stride (zeros, bottom/right) and crops the logits back, as upzoo's own U-Net does. The state
+    dict is smp's. Traced, the graph always pads, by an amount computed from the (symbolic) size."""
+    import segmentation_models_pytorch as smp
+
+    class PaddingUnet(smp.Unet):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            check_input_shape(x.shape, spatial_dims=2, channels=None, owner="smp_unet")
+            stride = self.encoder.output_stride
+            h, w = x.shape[2:]
+            pad_h, pad_w = ((h + stride - 1) // stride) * stride - h, ((w + stride - 1) // stride) * stride - w
+            traced = torch.compiler.is_compiling()
+            if not (traced or pad_h or pad_w):
+                return super().forward(x)
+            return crop_start(super().forward(pad_end(x, [pad_h, pad_w])), (h, w))
+
+    PaddingUnet.__name__ = PaddingUnet.__qualname__ = "Unet"
+    return PaddingUnet
 
 
 def _skip_channels(model: nn.Module, index: int) -> int:

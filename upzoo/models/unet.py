@@ -7,12 +7,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.layers import check_input_shape, check_positive_int, conv_nd
+from upzoo.layers import check_input_shape, check_positive_int, conv_nd, crop_start, pad_end
 from upzoo.models.blocks import DoubleConv
 from upzoo.models.encoders import Encoder, create_encoder, stage_scales
 from upzoo.models.sizes import AxisRule, find_axis_rule
@@ -323,12 +322,22 @@ class UNet(nn.Module):
             features.append(x)
         return features
 
+    def _padding(self, spatial: tuple) -> list:
+        """Per axis, what the input policy adds to reach a valid size. Traced (``torch.compile``,
+        ``torch.export``, ONNX), sizes may be symbolic and the graph pads always, by an amount
+        computed from the size, so it holds for every input size (a graph cannot raise: traced,
+        ``input_policy='strict'`` pads too)."""
+        if torch.compiler.is_compiling():
+            return [rule.padding(s) for s, rule in zip(spatial, self.size_rules)]
+        return [t - s for s, t in zip(spatial, self.padded_size(spatial))]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
         check_input_shape(x.shape, spatial_dims=self.spatial_dims, channels=self.in_channels, owner="UNet")
         spatial = tuple(x.shape[2:])
-        padded = self.padded_size(spatial)
-        if padded != spatial:
-            x = F.pad(x, [p for s, t in zip(reversed(spatial), reversed(padded)) for p in (0, t - s)])
+        padding = self._padding(spatial)
+        pad_and_crop = torch.compiler.is_compiling() or any(padding)
+        if pad_and_crop:
+            x = pad_end(x, padding)
         features = self._encode(x)
         y = features[-1]
         skips = features[::-1][1:]
@@ -339,13 +348,17 @@ class UNet(nn.Module):
         out = self.head(y)
         if self.post_filter is not None:
             out = self.post_filter(out)
-        if padded != spatial:
-            out = out[(slice(None), slice(None)) + tuple(slice(0, s) for s in spatial)]
+        if pad_and_crop:
+            out = crop_start(out, spatial)
         if self.aux_heads is not None and self.training:
-            aux = []
-            for head, feature in zip(self.aux_heads, outputs[:-1]):
-                reduction = [p // f for p, f in zip(padded, feature.shape[2:])]
-                crop = tuple(slice(0, -(-s // r)) for s, r in zip(spatial, reduction))
-                aux.append(head(feature)[(slice(None), slice(None)) + crop])
-            return [out, *aux]
+            return [out, *self._aux_outputs(outputs[:-1], spatial, padding)]
         return out
+
+    def _aux_outputs(self, features: list[torch.Tensor], spatial: tuple, padding: list) -> list[torch.Tensor]:
+        """Deep supervision: each earlier stage's head, cropped like the output (rounded up)."""
+        aux = []
+        for head, feature in zip(self.aux_heads, features):
+            reduction = [(s + p) // f for s, p, f in zip(spatial, padding, feature.shape[2:])]
+            crop = tuple(slice(0, -(-s // r)) for s, r in zip(spatial, reduction))
+            aux.append(head(feature)[(slice(None), slice(None)) + crop])
+        return aux

@@ -154,6 +154,7 @@ class Trainer:
             "rng": rng_state(),
             "recipe": self.recipe.to_dict(),
             "model_spec": self.task.prepared.model_dict(),
+            "data_meta": self.task.prepared.data_meta(),
             "optimizers": {n: o.state_dict() for n, o in self.optimizers.items()},
             "schedulers": {n: s.state_dict() for n, s in self.schedulers.items()},
             "scaler": self.scaler.state_dict() if self.scaler is not None else {},

@@ -91,8 +91,8 @@ def plot_curves(rows: list[dict[str, str]], path: str | Path, metrics: Sequence[
     plt.close(fig)
 
 
-def sample_grid(images: torch.Tensor, path: str | Path, nrow: int = 8) -> None:
+def sample_grid(images: torch.Tensor, path: str | Path, nrow: int = 8, format: str | None = None) -> None:
     """Generated images in [-1, 1] as one PNG grid."""
     from torchvision.utils import save_image
 
-    save_image(images.float() * 0.5 + 0.5, str(path), nrow=nrow, padding=2)
+    save_image(images.float() * 0.5 + 0.5, str(path), nrow=nrow, padding=2, format=format)

@@ -1,0 +1,138 @@
+"""``upzoo predict``, ``upzoo sample`` and ``upzoo export``: using a trained model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from upzoo.cli.common import check_device
+from upzoo.cli.group import cli
+from upzoo.errors import UpzooError
+from upzoo.tables import to_json
+
+RUN = click.argument("run", metavar="RUN_DIR_OR_CHECKPOINT", type=click.Path(exists=True))
+
+
+def _device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    check_device(device)
+    return device
+
+
+def _scales(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(s) for s in text.split(","))
+    except ValueError:
+        raise UpzooError(f"--scales takes numbers separated by commas, e.g. 0.75,1,1.25; got {text!r}") from None
+
+
+@cli.command("predict")
+@RUN
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the outputs.")
+@click.option("--tta", type=click.Choice(["none", "flip"]), default="none", help="Average with the mirrored input.")
+@click.option("--scales", default="1", help="2D: scales to average over, e.g. 0.75,1,1.25.")
+@click.option(
+    "--window",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    help="Sliding window of the training crop: auto = for inputs larger than it.",
+)
+@click.option("--overlay", is_flag=True, help="2D: also write the image with the class colours blended in.")
+@click.option(
+    "--probabilities",
+    type=click.Choice(["nifti", "npz"]),
+    default=None,
+    help="Also write class probabilities (float16): 4D NIfTI (volumes) or .npz.",
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=4, help="2D images per forward pass.")
+@click.option("--workers", type=click.IntRange(min=0), default=2, help="DataLoader workers reading the inputs.")
+@click.option("--amp", is_flag=True, help="bf16 autocast.")
+@click.option("--device", default="auto", help="cpu, cuda or auto.")
+@click.option("--keep-going", is_flag=True, help="Skip unreadable or wrongly shaped inputs; list them at the end.")
+@click.option("--overwrite", is_flag=True, help="Replace outputs that already exist.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabilities, batch_size, workers, amp,
+                    device, keep_going, overwrite, no_progress, as_json) -> None:  # fmt: skip
+    """Segment INPUT... (images, NIfTI volumes, folders, globs or a decathlon dataset.json) with the
+    model of a segmentation run (its best.pt, else last.pt) or a checkpoint.
+
+    2D: writes NAME.png (train ids, uint8), NAME_color.png (the dataset's palette) and with --overlay
+    NAME_overlay.png. 3D: NAME.nii.gz (uint8 labels in the source's grid: same shape, affine and
+    header). Always predictions.csv (file, shape, seconds, classes present).
+    """
+    from upzoo.inference import Predictor, load_model
+    from upzoo.inference.run import PredictOptions, predict_files
+
+    device = _device(device)
+    loaded = load_model(run, device=device)
+    if probabilities == "nifti" and not loaded.volumes:
+        raise UpzooError("--probabilities nifti is for volumes; use --probabilities npz for images")
+    predictor = Predictor(
+        loaded,
+        device=device,
+        amp=amp,
+        tta=tta,
+        scales=_scales(scales),
+        window=window,
+        probabilities=bool(probabilities),
+    )
+    options = PredictOptions(
+        Path(out_dir), overlay, probabilities, batch_size, workers, keep_going, overwrite, not no_progress
+    )
+    summary = predict_files(predictor, inputs, options)
+    if as_json:
+        click.echo(to_json(summary))
+    else:
+        click.echo(
+            f"wrote {summary['written']} predictions to {out_dir} in {summary['seconds']:.1f} s ({summary['csv']})"
+        )
+    for _, message in summary["failed"]:
+        click.echo(f"skipped: {message}", err=True)
+    if summary["failed"]:
+        raise UpzooError(f"{len(summary['failed'])} of {len(summary['failed']) + summary['written']} inputs failed")
+
+
+@cli.command("sample")
+@RUN
+@click.option("--num", type=click.IntRange(min=1, max=100000), default=64, help="How many images.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the PNGs.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, help="Seed of the latents.")
+@click.option("--device", default="auto", help="cpu, cuda or auto.")
+@click.option("--overwrite", is_flag=True, help="Replace images that already exist.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def sample_command(run, num, out_dir, seed, device, overwrite, as_json) -> None:
+    """Draw NUM images from the generator of a GAN run (with its post-filter, as in training):
+    sample_0000.png ... and grid.png."""
+    from upzoo.inference import load_model
+    from upzoo.inference.sampling import sample_images
+
+    summary = sample_images(load_model(run, device=_device(device)), num, Path(out_dir), seed=seed, overwrite=overwrite)
+    click.echo(to_json(summary) if as_json else f"wrote {num} samples and {summary['grid']}")
+
+
+@cli.command("export")
+@RUN
+@click.option("--format", "fmt", type=click.Choice(["onnx", "exported-program"]), default="onnx", help="What to write.")
+@click.option("--out", "out_file", default=None, type=click.Path(dir_okay=False), help="[default: RUN/model.onnx|.pt2]")
+@click.option("--opset", type=click.IntRange(min=18, max=23), default=None, help="ONNX opset [default: exporter's].")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def export_command(run, fmt, out_file, opset, as_json) -> None:
+    """Export a trained model with dynamic batch and spatial sizes (generators: the batch), verified:
+    the written file runs at three sizes (one off the model's size grid) and must match PyTorch
+    within 1e-4, else nothing is written and the block that fails is named."""
+    from upzoo.inference import load_model
+    from upzoo.inference.export import export_model
+
+    report = export_model(load_model(run), fmt, out_file, opset=opset)
+    if as_json:
+        click.echo(to_json(report))
+        return
+    for check in report["checks"]:
+        click.echo(f"verified at input {check['input']}: max |export - PyTorch| = {check['max_abs_diff']:.2e}")
+    click.echo(f"wrote {report['path']} ({report['bytes'] / 1e6:.1f} MB, {report['format']})")

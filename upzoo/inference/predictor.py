@@ -1,0 +1,209 @@
+"""``Predictor``: a trained segmentation model applied to new images and volumes — the recipe's
+normalisation, any input size (the model's pad policy, or a Gaussian sliding window where the input
+is larger than the training crop), optional flip TTA and multi-scale averaging."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from upzoo.errors import ConfigError, ShapeError
+from upzoo.inference.loaded import LoadedModel
+from upzoo.inference.sliding_window import sliding_window_inference
+from upzoo.train.common import autocast
+
+__all__ = ["Predictor", "Prediction", "Preprocess"]
+
+Window = Literal["auto", "on", "off"]
+
+
+@dataclass
+class Prediction:
+    """Train-id labels ``(*S)`` (uint8) and, if asked for, class probabilities ``(K, *S)`` float32."""
+
+    labels: np.ndarray
+    probabilities: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """The training-time input conversion of a model's data, picklable for DataLoader workers:
+    ``(H, W[, C])`` uint8 images -> ``(C, H', W')`` (resize, normalise), or ``(D, H, W)`` /
+    ``(C, D, H, W)`` volumes -> ``(C, D, H, W)`` (intensity normalisation)."""
+
+    volumes: bool
+    in_channels: int
+    resize: tuple[int, ...] | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    normalize: str = "zscore"
+    ct_window: tuple[float, float] = (-1000.0, 1000.0)
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedModel) -> Preprocess:
+        data = loaded.recipe.data
+        return cls(
+            volumes=loaded.volumes,
+            in_channels=loaded.spec.options.get("in_channels", 3),
+            resize=tuple(data.resize) if data.resize else None,
+            mean=loaded.mean,
+            std=loaded.std,
+            normalize=data.normalize or "zscore",
+            ct_window=tuple(data.ct_window),
+        )
+
+    def __call__(self, array: np.ndarray) -> torch.Tensor:
+        return self.volume(array) if self.volumes else self.image(array)
+
+    def image(self, image: np.ndarray) -> torch.Tensor:
+        """``(H, W[, C])`` uint8 pixels -> ``(C, H', W')`` float32 as in training (resize, normalise)."""
+        if image.ndim == 2:
+            image = image[..., None]
+        if image.ndim != 3 or image.shape[2] != self.in_channels:
+            raise ShapeError(
+                f"expected an image (H, W, {self.in_channels}) for a model with {self.in_channels} input channels, "
+                f"got shape {image.shape}"
+            )
+        if self.resize is not None:  # as the training pipeline resizes (OpenCV, bilinear)
+            import cv2
+
+            image = cv2.resize(image, (self.resize[1], self.resize[0]), interpolation=cv2.INTER_LINEAR)
+            image = image[..., None] if image.ndim == 2 else image
+        x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float() / 255.0
+        if self.mean is not None:
+            x = (x - torch.tensor(self.mean).view(-1, 1, 1)) / torch.tensor(self.std).view(-1, 1, 1)
+        return x
+
+    def volume(self, volume: np.ndarray) -> torch.Tensor:
+        """``(D, H, W)`` or ``(C, D, H, W)`` intensities -> ``(C, D, H, W)`` normalised as in training."""
+        from upzoo.data.volumes import normalize_intensity
+
+        if volume.ndim == 3:
+            volume = volume[None]
+        if volume.ndim != 4 or volume.shape[0] != self.in_channels:
+            raise ShapeError(
+                f"expected a volume (D, H, W) or ({self.in_channels}, D, H, W) for a model with "
+                f"{self.in_channels} input channels, got shape {volume.shape}"
+            )
+        channels = [normalize_intensity(c.astype(np.float32), self.normalize, self.ct_window) for c in volume]
+        return torch.from_numpy(np.stack(channels).astype(np.float32))
+
+
+def _main_output(out) -> torch.Tensor:
+    return out[0] if isinstance(out, (list, tuple)) else out
+
+
+class Predictor:
+    """Predict with a :class:`~upzoo.inference.LoadedModel` (see :func:`~upzoo.inference.load_model`).
+
+    Args:
+        tta: ``"flip"`` averages the probabilities of the input and its mirror (last axis).
+        scales: 2D only: run at each scale of the input and average the probabilities at full size.
+        window: ``auto`` slides the training crop over inputs larger than it (volumes: the recipe's
+            evaluation window), ``on`` always, ``off`` runs every input whole.
+        amp: bf16 autocast.
+
+    >>> predictor = Predictor(load_model("runs/quickstart"), tta="flip")  # doctest: +SKIP
+    >>> predictor.predict(image).labels.shape  # doctest: +SKIP
+    (256, 512)
+    """
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        device: str | torch.device = "cpu",
+        amp: bool = False,
+        tta: str | None = None,
+        scales: Sequence[float] = (1.0,),
+        window: Window = "auto",
+        overlap: float | None = None,
+        window_batch: int | None = None,
+        probabilities: bool = False,
+    ) -> None:
+        if loaded.task != "segmentation":
+            raise ConfigError(f"{loaded.checkpoint} is a {loaded.task} run; predict needs a segmentation run")
+        if tta not in (None, "none", "flip"):
+            raise ConfigError(f"tta must be 'flip' or none, got {tta!r}")
+        if not scales or any(not (0 < float(s) <= 8) for s in scales):
+            raise ConfigError(f"scales must be numbers in (0, 8], got {list(scales)!r}")
+        if window not in ("auto", "on", "off"):
+            raise ConfigError(f"window must be auto, on or off, got {window!r}")
+        if loaded.volumes and tuple(scales) != (1.0,):
+            raise ConfigError("multi-scale prediction is for 2D images; volumes run at their own spacing")
+        self.loaded, self.device = loaded, torch.device(device)
+        self.model = loaded.model.to(self.device).eval()
+        self.amp, self.flip, self.scales = "bf16" if amp else "none", tta == "flip", tuple(float(s) for s in scales)
+        self.window, self.keep_probabilities = window, probabilities
+        recipe = loaded.recipe
+        self.overlap = recipe.eval.overlap if overlap is None else overlap
+        self.window_batch = window_batch or recipe.eval.batch_size
+        if loaded.volumes:
+            self.patch = recipe.eval.patch_size or recipe.data.crop_size
+        else:
+            self.patch = recipe.data.crop_size
+        self.prepare = Preprocess.from_loaded(loaded)
+
+    # -- prediction ----------------------------------------------------------------------------------
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, C, *S) -> (N, K, *S)``: whole, or windows of the training crop."""
+        spatial = tuple(x.shape[2:])
+        slide = self.patch is not None and (
+            self.window == "on" or (self.window == "auto" and any(s > p for s, p in zip(spatial, self.patch)))
+        )
+        with torch.no_grad(), autocast(self.amp, self.device):
+            if not slide:
+                return _main_output(self.model(x)).float()
+            return torch.stack(
+                [
+                    sliding_window_inference(
+                        item,
+                        lambda b: _main_output(self.model(b)).float(),
+                        self.patch,
+                        overlap=self.overlap,
+                        batch_size=self.window_batch,
+                    )
+                    for item in x
+                ]
+            )
+
+    def probabilities(self, x: torch.Tensor, size: Sequence[int] | None = None) -> torch.Tensor:
+        """``(N, C, *S)`` prepared inputs -> ``(N, K, *size)`` class probabilities, averaged over
+        the scales and (with TTA) the mirror; ``size`` defaults to ``S``."""
+        x = x.to(self.device)
+        size = tuple(size or x.shape[2:])
+        total = None
+        for scale in self.scales:
+            xs = x if scale == 1.0 else F.interpolate(x, scale_factor=scale, mode="bilinear", align_corners=False)
+            views = [xs, xs.flip(-1)] if self.flip else [xs]
+            for i, view in enumerate(views):
+                p = self._logits(view).softmax(1)
+                p = p.flip(-1) if i == 1 else p
+                if tuple(p.shape[2:]) != size:
+                    mode = "trilinear" if p.ndim == 5 else "bilinear"
+                    p = F.interpolate(p, size=size, mode=mode, align_corners=False)
+                total = p if total is None else total + p
+        return total / (len(self.scales) * (2 if self.flip else 1))
+
+    def predict(self, item: str | np.ndarray) -> Prediction:
+        """One image (``(H, W[, C])`` uint8 array, or a file) or volume (``(D, H, W)`` /
+        ``(C, D, H, W)`` array, or a NIfTI/``.npy`` file): labels at the input's own size."""
+        from upzoo.inference.files import read_input
+
+        if not isinstance(item, np.ndarray):
+            item = read_input(item, volumes=self.loaded.volumes, channels=self.prepare.in_channels).array
+        x = self.prepare(item)
+        size = item.shape[-3:] if self.loaded.volumes else item.shape[:2]
+        return self.predict_batch(x[None], size)[0]
+
+    def predict_batch(self, x: torch.Tensor, size: Sequence[int]) -> list[Prediction]:
+        """Prepared inputs ``(N, C, *S)`` of one size -> one :class:`Prediction` each at ``size``."""
+        p = self.probabilities(x, size).cpu()
+        labels = p.argmax(1).to(torch.uint8 if p.shape[1] <= 256 else torch.int32).numpy()
+        probs = p.numpy() if self.keep_probabilities else None
+        return [Prediction(labels[i], probs[i] if probs is not None else None) for i in range(len(labels))]

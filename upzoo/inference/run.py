@@ -1,0 +1,219 @@
+"""``predict_files``: a trained model over many files — DataLoader workers read and prepare the
+inputs, the model runs on batches of same-size images, a writer thread colours and saves the
+outputs, so reading, computing and writing overlap. Ends with ``predictions.csv``."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from upzoo.data.loading import iterate_loader
+from upzoo.errors import DataError, UpzooError
+from upzoo.inference.files import InputFile, atomic_write, expand_inputs, output_paths, read_input
+from upzoo.inference.predictor import Prediction, Predictor, Preprocess
+from upzoo.inference.writers import default_palette, write_image_prediction, write_volume_prediction
+
+__all__ = ["PredictOptions", "predict_files"]
+
+
+@dataclass
+class PredictOptions:
+    """Where and how ``predict_files`` writes (see ``upzoo predict --help``)."""
+
+    out: Path
+    overlay: bool = False
+    probabilities: str | None = None  # "nifti" or "npz" (volumes), "npz" (images)
+    batch_size: int = 4
+    num_workers: int = 2
+    keep_going: bool = False
+    overwrite: bool = False
+    progress: bool = True
+
+
+@dataclass
+class _Summary:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+
+class _Reader(Dataset):
+    """Reads and prepares one input per item in a worker; errors come back as one line."""
+
+    def __init__(self, paths: Sequence[Path], prepare: Preprocess) -> None:
+        self.paths, self.prepare = list(paths), prepare
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        path = self.paths[index]
+        try:
+            item = read_input(path, volumes=self.prepare.volumes, channels=self.prepare.in_channels)
+            return {"input": item, "x": self.prepare(item.array), "error": None}
+        except UpzooError as exc:
+            message = str(exc)
+            return {"input": None, "path": path, "error": message if str(path) in message else f"{path}: {message}"}
+        except Exception as exc:  # a reader or decoder failing in its own way: still one line, naming the file
+            return {"input": None, "path": path, "error": f"{path}: {type(exc).__name__}: {exc}"}
+
+
+def _as_is(item: Any) -> Any:
+    return item
+
+
+def _planned_outputs(paths: list[Path], options: PredictOptions, volumes: bool) -> list[dict[str, Path]]:
+    """Every input's outputs, refused up front if two inputs share a name or (without
+    ``overwrite``) a file is already there: nothing is written then."""
+    planned = [output_paths(p, options.out, volumes=volumes, **_kinds(options)) for p in paths]
+    seen: dict[Path, Path] = {}
+    for source, outputs in zip(paths, planned):
+        target = outputs["labels"]
+        if target in seen:
+            raise DataError(f"{seen[target]} and {source} would both write {target}; predict them into separate --out")
+        seen[target] = source
+    if not options.overwrite:
+        existing = [p for outputs in planned for p in outputs.values() if p.exists()]
+        existing += [options.out / "predictions.csv"] if (options.out / "predictions.csv").exists() else []
+        if existing:
+            raise DataError(
+                f"{existing[0]} already exists ({len(existing)} output files do); pass --overwrite to replace them "
+                f"or choose another --out"
+            )
+    return planned
+
+
+def _kinds(options: PredictOptions) -> dict[str, Any]:
+    return {"overlay": options.overlay, "probabilities": options.probabilities}
+
+
+def _check_spacing(item: InputFile, trained: tuple[float, ...] | None) -> None:
+    if item.spacing is None or trained is None:
+        return
+    if any(abs(a - b) > 0.1 * b for a, b in zip(item.spacing, trained)):
+        warnings.warn(
+            f"{item.path}: voxel spacing {tuple(item.spacing)} mm differs by more than 10 % from the training "
+            f"spacing {tuple(trained)} mm; predictions may be poor (resample the volume to the training spacing)",
+            stacklevel=2,
+        )
+
+
+class _Writer:
+    """Writes predictions on a background thread (PNG encoding and compression release the GIL),
+    with at most a few batches waiting, so memory stays bounded."""
+
+    def __init__(self, predictor: Predictor) -> None:
+        loaded = predictor.loaded
+        self.volumes = loaded.volumes
+        self.names = loaded.class_names or [str(k) for k in range(loaded.num_classes or 0)]
+        self.palette = loaded.palette if loaded.palette is not None else default_palette(len(self.names))
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.pending: list[Future] = []
+
+    def submit(self, item: InputFile, prediction: Prediction, outputs: dict[str, Path]) -> None:
+        if len(self.pending) >= 8:
+            self.pending.pop(0).result()
+        self.pending.append(self.pool.submit(self._write, item, prediction, outputs))
+
+    def _write(self, item: InputFile, prediction: Prediction, outputs: dict[str, Path]) -> None:
+        if self.volumes:
+            write_volume_prediction(outputs, prediction.labels, item, prediction.probabilities)
+            return
+        write_image_prediction(outputs, prediction.labels, self.palette, item.array, prediction.probabilities)
+
+    def present(self, labels: np.ndarray) -> str:
+        return " ".join(self.names[k] if k < len(self.names) else str(k) for k in np.unique(labels))
+
+    def close(self) -> None:
+        for future in self.pending:
+            future.result()
+        self.pool.shutdown()
+
+
+def _run_batch(predictor: Predictor, batch: list[dict], planned, writer: _Writer, summary: _Summary) -> None:
+    start = time.perf_counter()
+    items = [entry["input"] for entry in batch]
+    size = items[0].array.shape[-3:] if writer.volumes else items[0].array.shape[:2]
+    predictions = predictor.predict_batch(torch.stack([entry["x"] for entry in batch]), size)
+    seconds = (time.perf_counter() - start) / len(batch)
+    for entry, item, prediction in zip(batch, items, predictions):
+        outputs = planned[entry["index"]]
+        writer.submit(item, prediction, outputs)
+        summary.rows.append(
+            {
+                "file": str(item.path),
+                "labels": str(outputs["labels"]),
+                "shape": "x".join(str(s) for s in prediction.labels.shape),
+                "seconds": round(seconds, 4),
+                "classes_present": writer.present(prediction.labels),
+            }
+        )
+
+
+def predict_files(predictor: Predictor, inputs: Sequence[str | Path], options: PredictOptions) -> dict[str, Any]:
+    """Predict every input file into ``options.out``; returns ``{written, failed, csv, seconds}``.
+
+    Raises:
+        DataError: bad inputs (the first, naming the file; with ``keep_going`` they are listed in
+            ``failed`` and the rest are written), or outputs that exist without ``overwrite``.
+    """
+    from tqdm import tqdm
+
+    start = time.perf_counter()
+    volumes = predictor.loaded.volumes
+    paths = expand_inputs(inputs, volumes=volumes)
+    planned = _planned_outputs(paths, options, volumes)
+    options.out.mkdir(parents=True, exist_ok=True)
+    reader = _Reader(paths, predictor.prepare)
+    loader = DataLoader(reader, batch_size=None, num_workers=options.num_workers, collate_fn=_as_is)
+    writer, summary = _Writer(predictor), _Summary()
+    batch_size = 1 if volumes else options.batch_size
+    batch: list[dict] = []
+    try:
+        bar = tqdm(total=len(paths), desc="predict", unit="file", disable=not options.progress, leave=False)
+        for index, entry in enumerate(iterate_loader(loader)):
+            entry["index"] = index
+            if entry["error"] is not None:
+                if not options.keep_going:
+                    raise DataError(entry["error"] + " (--keep-going skips such files)")
+                summary.failed.append((str(paths[index]), entry["error"]))
+            else:
+                _check_spacing(entry["input"], predictor.loaded.spacing if volumes else None)
+                if batch and (entry["x"].shape != batch[0]["x"].shape or len(batch) == batch_size):
+                    _run_batch(predictor, batch, planned, writer, summary)
+                    batch = []
+                batch.append(entry)
+            bar.update(1)
+        if batch:
+            _run_batch(predictor, batch, planned, writer, summary)
+    finally:
+        writer.close()
+        _write_csv(options.out / "predictions.csv", summary)
+    return {
+        "written": len(summary.rows),
+        "failed": summary.failed,
+        "csv": str(options.out / "predictions.csv"),
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+
+
+def _write_csv(path: Path, summary: _Summary) -> None:
+    import csv
+
+    columns = ["file", "labels", "shape", "seconds", "classes_present"]
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            out = csv.DictWriter(f, fieldnames=columns)
+            out.writeheader()
+            out.writerows(summary.rows)
+
+    atomic_write(path, write)
