@@ -47,7 +47,7 @@ def _scales(text: str) -> tuple[float, ...]:
     "--probabilities",
     type=click.Choice(["nifti", "npz"]),
     default=None,
-    help="Also write class probabilities (float16): 4D NIfTI (volumes) or .npz.",
+    help="Also write class probabilities: 4D float32 NIfTI (volumes) or float16 .npz.",
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=4, help="2D images per forward pass.")
 @click.option("--workers", type=click.IntRange(min=0), default=2, help="DataLoader workers reading the inputs.")

@@ -158,10 +158,21 @@ def _culprit(model: nn.Module, example: torch.Tensor, fmt: str, folder: Path) ->
         except ConfigError:
             raise
         except Exception as exc:
-            return f"block {name} ({type(block).__name__}) fails: {str(exc).strip().splitlines()[0][:200]}"
+            return f"block {name} ({type(block).__name__}) fails: {_reason(exc)}"
         finally:
             path.unlink(missing_ok=True)
     return ""
+
+
+def _reason(exc: BaseException) -> str:
+    """The root cause of an exporter failure as one short line (exporters wrap it in steps)."""
+    import re
+
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = re.sub(r"\x1b\[[0-9;]*m", "", lines[0] if lines else type(exc).__name__)
+    return f"{type(exc).__name__}: {text[:200]}"
 
 
 def _default_out(loaded: LoadedModel, fmt: str) -> Path:
@@ -209,15 +220,15 @@ def export_model(
         except (ConfigError, ExportError):
             raise
         except Exception as exc:
-            where = _culprit(model, example, fmt, out.parent) or "the model"
-            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-            raise ExportError(f"cannot export {where}: {first}; nothing was written") from None
+            where = _culprit(model, example, fmt, out.parent)
+            detail = where or f"the model fails: {_reason(exc)}"
+            raise ExportError(f"cannot export {type(model).__name__} to {fmt}: {detail}; nothing was written") from None
         bad = [c for c in checks if not c["ok"]]
         if bad:
-            where = _culprit(model, example, fmt, out.parent) or "the model"
+            where = _culprit(model, example, fmt, out.parent)
             raise ExportError(
-                f"the {fmt} export of {where} differs from PyTorch by {bad[0]['max_abs_diff']:.3g} at input "
-                f"{bad[0]['input']} (limit {TOLERANCE:g}); nothing was written"
+                f"the {fmt} export of {type(model).__name__} differs from PyTorch by {bad[0]['max_abs_diff']:.3g} at "
+                f"input {bad[0]['input']} (limit {TOLERANCE:g}){'; ' + where if where else ''}; nothing was written"
             )
         os.replace(tmp, out)
     finally:

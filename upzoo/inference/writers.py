@@ -74,7 +74,8 @@ def write_volume_prediction(
     paths: dict[str, Path], labels: np.ndarray, source: InputFile, probabilities: np.ndarray | None = None
 ) -> None:
     """The label volume as NIfTI in the source's grid (same shape, affine and header; uint8), and
-    the class probabilities as float16 (4D NIfTI, classes last, or ``.npz`` with ``(K, D, H, W)``)."""
+    the class probabilities: a 4D float32 NIfTI, classes last (NIfTI-1 has no float16), or float16
+    ``.npz`` with ``(K, D, H, W)``."""
     import nibabel as nib
 
     atomic_write(paths["labels"], lambda tmp: nib.save(_nifti_like(source, labels, np.uint8), str(tmp)))
@@ -84,7 +85,7 @@ def write_volume_prediction(
     if target.name.endswith(".npz"):
         atomic_write(target, lambda tmp: _save_npz(tmp, probabilities.astype(np.float16)))
     else:
-        atomic_write(target, lambda tmp: nib.save(_nifti_like(source, probabilities, np.float16), str(tmp)))
+        atomic_write(target, lambda tmp: nib.save(_nifti_like(source, probabilities, np.float32), str(tmp)))
 
 
 def _save_npz(path: Path, probabilities: np.ndarray) -> None:

@@ -1,0 +1,353 @@
+"""Every registered block and every model under torch.compile(fullgraph=True), torch.export with
+dynamic sizes and ONNX (verified in onnxruntime), the masked blur's custom op and its branch-free
+formulation, the legacy exporter refused, and exports that would compute something else refused."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch.export import Dim
+
+from upzoo import ConfigError, create_upsampler, list_upsamplers
+from upzoo.filters.masked_blur import fused_masked_blur, masked_gaussian_blur, pytorch_formulation
+from upzoo.filters.select_blur import select_blur
+from upzoo.models.factory import ModelSpec, build_model
+from upzoo.registry import upsampler_info
+from upzoo.upsamplers.base import Upsampler
+
+ort = pytest.importorskip("onnxruntime")
+
+SIZES = {2: [(6, 7), (9, 5)], 3: [(4, 5, 6), (5, 7, 3)]}
+
+
+def _block_cases():
+    for name in list_upsamplers():
+        for dims in upsampler_info(name).spatial_dims:
+            yield pytest.param(name, dims, id=f"{name}-{dims}d")
+
+
+def _block(name: str, dims: int):
+    info = upsampler_info(name)
+    keeps = name in ("interpolate", "masked_blur")
+    options = {"guide_channels": 3} if info.needs_guide else {}
+    scale = 1 if info.kind == "post_filter" else 2
+    torch.manual_seed(0)
+    return create_upsampler(
+        name, spatial_dims=dims, in_channels=4, out_channels=4 if keeps else 6, scale=scale, **options
+    ).eval()
+
+
+def _inputs(block, size, batch=2):
+    x = torch.randn(batch, 4, *size)
+    if block.needs_guide:
+        return (x, torch.randn(batch, 3, *block.output_spatial(size)))
+    return (x,)
+
+
+def _dynamic(args):
+    return tuple({0: Dim.DYNAMIC, **{a: Dim.DYNAMIC for a in range(2, t.ndim)}} for t in args)
+
+
+def _quiet(fn, *args, **kwargs):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name, dims", list(_block_cases()))
+def test_block_compiles_fullgraph_forward_and_backward_equal_eager(name, dims):
+    torch._dynamo.reset()
+    block = _block(name, dims)
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager", dynamic=True)
+    for size in SIZES[dims]:
+        args = _inputs(block, size)
+        eager_args = [a.clone().requires_grad_() for a in args]
+        compiled_args = [a.clone().requires_grad_() for a in args]
+        expected, got = block(*eager_args), compiled(*compiled_args)
+        torch.testing.assert_close(got, expected)
+        weights = torch.randn_like(expected)
+        (expected * weights).sum().backward()
+        (got * weights).sum().backward()
+        for e, c in zip(eager_args, compiled_args):
+            torch.testing.assert_close(c.grad, e.grad)
+
+
+@pytest.mark.parametrize("name, dims", list(_block_cases()))
+def test_block_exports_with_dynamic_sizes(name, dims):
+    block = _block(name, dims)
+    args = _inputs(block, SIZES[dims][0])
+    program = _quiet(torch.export.export, block, args, dynamic_shapes=_dynamic(args))
+    other = _inputs(block, SIZES[dims][1], batch=3)
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(*other), block(*other))
+
+
+@pytest.mark.parametrize("name, dims", list(_block_cases()))
+def test_block_onnx_matches_pytorch_in_onnxruntime(name, dims, tmp_path):
+    block = _block(name, dims)
+    args = _inputs(block, SIZES[dims][0])
+    names = ["x", "guide"][: len(args)]
+    path = tmp_path / "block.onnx"
+    _quiet(torch.onnx.export, block, args, str(path), input_names=names, dynamic_shapes=_dynamic(args), dynamo=True)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for size, batch in zip(SIZES[dims], (2, 3)):
+        other = _inputs(block, size, batch)
+        (got,) = session.run(None, {n: t.numpy() for n, t in zip(names, other)})
+        with torch.no_grad():
+            expected = block(*other).numpy()
+        assert got.shape == expected.shape and np.abs(got - expected).max() <= 1e-4
+
+
+MODELS = {
+    "unet2d-blur": (
+        {
+            "architecture": "unet",
+            "spatial_dims": 2,
+            "in_channels": 3,
+            "num_classes": 5,
+            "encoder_depth": 3,
+            "channels": [8, 16, 32],
+            "upsampler": "transposed",
+            "post_filter": "masked_blur",
+        },
+        [(32, 48), (37, 50), (21, 29)],
+    ),
+    "unet3d": (
+        {
+            "architecture": "unet",
+            "spatial_dims": 3,
+            "in_channels": 1,
+            "num_classes": 3,
+            "encoder_depth": 3,
+            "channels": [4, 8, 16],
+            "upsampler": "pixel_shuffle",
+            "strides": [[1, 2, 2], [2, 2, 2]],
+        },
+        [(8, 16, 16), (9, 17, 15), (6, 21, 10)],
+    ),
+    "smp-unet": (
+        {
+            "architecture": "smp_unet",
+            "encoder_name": "resnet18",
+            "encoder_depth": 3,
+            "decoder_channels": [32, 16, 8],
+            "in_channels": 3,
+            "classes": 4,
+            "upsampler": "carafe",
+        },
+        [(64, 64), (70, 50), (33, 97)],
+    ),
+    "dcgan-blur": (
+        {
+            "architecture": "dcgan",
+            "latent_dim": 16,
+            "out_channels": 3,
+            "resolution": 32,
+            "base_channels": 8,
+            "post_filter": "masked_blur",
+            "post_filter_options": {"threshold": 0.2},
+        },
+        None,
+    ),
+}
+
+
+def _model(key: str):
+    torch.manual_seed(0)
+    spec, sizes = MODELS[key]
+    model = build_model(ModelSpec.from_dict(spec))
+    channels = spec.get("in_channels")
+    shapes = [(2, 16), (1, 16), (3, 16)] if sizes is None else [(b, channels, *s) for b, s in zip((2, 1, 3), sizes)]
+    return model, shapes
+
+
+@pytest.mark.parametrize("key", list(MODELS))
+def test_model_onnx_matches_pytorch_at_sizes_that_need_padding(key, tmp_path):
+    model, shapes = _model(key)
+    model.eval()
+    example = torch.randn(shapes[0])
+    dynamic = ({0: Dim.DYNAMIC, **{a: Dim.DYNAMIC for a in range(2, example.ndim)}},)
+    path = tmp_path / "model.onnx"
+    _quiet(torch.onnx.export, model, (example,), str(path), input_names=["x"], dynamic_shapes=dynamic, dynamo=True)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    program = _quiet(torch.export.export, model, (example,), dynamic_shapes=dynamic).module()
+    for shape in shapes:
+        x = torch.randn(shape)
+        with torch.no_grad():
+            expected = model(x)
+        (got,) = session.run(None, {"x": x.numpy()})
+        assert got.shape == tuple(expected.shape) and np.abs(got - expected.numpy()).max() <= 1e-4
+        torch.testing.assert_close(program(x), expected)
+
+
+@pytest.mark.parametrize(
+    "key", ["unet2d-blur", "dcgan-blur", *(pytest.param(k, marks=pytest.mark.slow) for k in ("unet3d", "smp-unet"))]
+)
+def test_model_compiles_fullgraph_forward_and_backward_equal_eager(key):
+    torch._dynamo.reset()
+    model, shapes = _model(key)
+    model.train()
+    eager = build_model(ModelSpec.from_dict(MODELS[key][0]))
+    eager.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager", dynamic=True)
+    for shape in shapes[:2]:
+        x = torch.randn(shape)
+        expected, got = eager(x), compiled(x)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+        weights = torch.randn_like(expected)
+        (expected * weights).sum().backward()
+        (got * weights).sum().backward()
+    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-3, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ["unet2d-blur", "dcgan-blur"])
+def test_model_under_inductor_equals_eager(key):
+    torch._dynamo.reset()
+    model, shapes = _model(key)
+    model.eval()
+    compiled = torch.compile(model, fullgraph=True, backend="inductor")
+    x = torch.randn(shapes[0])
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+
+
+# -- the masked blur: custom op and branch-free formulation --------------------------------------------
+
+BLUR_OPTIONS = [
+    {"threshold": 0.3},
+    {"threshold": 0.0, "kernel_size": 5, "sigma": 1.5, "border": "reflect"},
+    {"threshold": -0.5, "border": "zeros", "stride": 2},
+    {"threshold": 0.1, "border": "replicate", "kernel_size": (3, 5)},
+    {"threshold": 0.2, "soft": 0.3},
+]
+
+
+@pytest.mark.parametrize("options", BLUR_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize("mask", [None, "bool", "float"])
+def test_select_formulation_equals_the_eager_blur_in_values_and_gradients(options, mask):
+    from upzoo.filters.masked_blur import _taps_and_steps
+
+    if mask is not None and "soft" in options:
+        pytest.skip("soft applies to the threshold, not with a mask")
+    x = torch.randn(2, 3, 9, 11, dtype=torch.float64)
+    m = None if mask is None else (torch.rand(2, 1, 9, 11) > 0.5 if mask == "bool" else torch.rand(2, 1, 9, 11))
+    m = m.double() if mask == "float" else m
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with pytorch_formulation():
+        expected = masked_gaussian_blur(a, mask=m, **options)
+    options = {"kernel_size": 3, "sigma": None, "border": "valid", "stride": 1, "soft": None, **options}
+    taps, steps = _taps_and_steps(2, options["kernel_size"], options["sigma"], options["border"], options["stride"],
+                                  options["soft"], options["threshold"])  # fmt: skip
+    got = select_blur(b, m, taps, options["border"], steps, options["threshold"], options["soft"])
+    torch.testing.assert_close(got, expected)
+    g = torch.randn_like(expected)
+    (expected * g).sum().backward()
+    (got * g).sum().backward()
+    torch.testing.assert_close(b.grad, a.grad)
+
+
+def test_the_fused_kernel_is_one_opaque_custom_op_with_fake_and_autograd():
+    x = torch.randn(2, 3, 8, 9, requires_grad=True)
+    args = ([0.25, 0.5, 0.25, 0.25, 0.5, 0.25], [3, 3], "valid", [1, 1], 0.1)
+    torch.library.opcheck(fused_masked_blur, (x, *args))
+    torch.library.opcheck(torch.ops.upzoo.masked_blur_backward, (x.detach(), torch.randn(2, 3, 8, 9), *args))
+    program = torch.export.export(
+        create_upsampler("masked_blur", spatial_dims=2, in_channels=3, out_channels=3, scale=1, threshold=0.1),
+        (x.detach(),),
+        dynamic_shapes=({0: Dim.DYNAMIC, 2: Dim.DYNAMIC, 3: Dim.DYNAMIC},),
+    )
+    assert "upzoo.masked_blur.default" in str(program.graph)
+
+
+def test_double_backward_through_the_custom_op_equals_the_pytorch_formulation():
+    x = torch.randn(1, 2, 7, 8, dtype=torch.float64)
+
+    def grad_of_grad(formulation):
+        a = x.clone().requires_grad_()
+        with formulation():
+            y = masked_gaussian_blur(a, threshold=0.2, border="reflect")
+            (g,) = torch.autograd.grad((y * y).sum(), a, create_graph=True)
+            (gg,) = torch.autograd.grad(g.square().sum(), a)
+        return g.detach(), gg
+
+    fused, reference = grad_of_grad(contextlib.nullcontext), grad_of_grad(pytorch_formulation)
+    torch.testing.assert_close(fused[0], reference[0])
+    torch.testing.assert_close(fused[1], reference[1])
+
+
+def test_the_blur_onnx_graph_is_a_select_between_input_and_depthwise_blur(tmp_path):
+    import onnx
+
+    block = create_upsampler("masked_blur", spatial_dims=2, in_channels=3, out_channels=3, scale=1, threshold=0.3)
+    x = torch.randn(1, 3, 10, 12)
+    path = tmp_path / "blur.onnx"
+    _quiet(torch.onnx.export, block, (x,), str(path), dynamic_shapes=({2: Dim.DYNAMIC, 3: Dim.DYNAMIC},), dynamo=True)
+    ops = {node.op_type for node in onnx.load(str(path)).graph.node}
+    assert {"Conv", "Where"} <= ops
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for size in [(10, 12), (5, 31)]:
+        x = torch.randn(1, 3, *size)
+        (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        assert np.abs(got - block(x).numpy()).max() <= 1e-6
+
+
+@pytest.mark.parametrize("what", ["module", "function", "model"])
+def test_the_legacy_torchscript_exporter_is_refused_not_a_constant_graph(what, tmp_path):
+    if what == "model":
+        module, x = _model("unet2d-blur")[0].eval(), torch.randn(1, 3, 32, 32)
+    elif what == "module":
+        module = create_upsampler("masked_blur", spatial_dims=2, in_channels=3, out_channels=3, scale=1)
+        x = torch.randn(1, 3, 8, 8)
+    else:
+
+        class Fn(torch.nn.Module):
+            def forward(self, x):
+                return masked_gaussian_blur(x, threshold=0.0)
+
+        module, x = Fn(), torch.randn(1, 3, 8, 8)
+    with pytest.raises(ConfigError, match=r"cannot be traced by torch.jit.trace or the TorchScript ONNX exporter"):
+        _quiet(torch.onnx.export, module, (x,), str(tmp_path / "legacy.onnx"), dynamo=False)
+    assert not (tmp_path / "legacy.onnx").exists()
+
+
+# -- export_model refuses what it cannot export correctly --------------------------------------------------
+
+
+class _Unexportable(Upsampler):
+    """Branches in Python on the data: no tracer can follow it."""
+
+    def upsample(self, x, guide=None):
+        y = torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest")
+        return y if float(x.mean()) > -100 else -y
+
+
+class _DiffersWhenTraced(Upsampler):
+    """Computes something else when traced: its export would be silently wrong."""
+
+    def upsample(self, x, guide=None):
+        y = torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest")
+        return y * 1.5 if torch.compiler.is_compiling() else y
+
+
+@pytest.mark.parametrize("bad, message", [(_Unexportable, "fails"), (_DiffersWhenTraced, "differs")])
+def test_export_refuses_and_names_the_block(bad, message, tmp_path):
+    from upzoo.inference.export import ExportError, export_model
+    from upzoo.inference.loaded import LoadedModel
+    from upzoo.recipe import parse_recipe
+
+    model, _ = _model("unet2d-blur")
+    channels = model.decoder[1].upsample.in_channels
+    model.decoder[1].upsample = bad(spatial_dims=2, in_channels=channels, out_channels=channels, scale=2)
+    recipe = parse_recipe({"model": MODELS["unet2d-blur"][0], "data": {"crop_size": [32, 48]}})
+    loaded = LoadedModel(model.eval(), recipe, recipe.model, tmp_path / "best.pt", None, None, None, None, None)
+    with pytest.raises(ExportError, match=rf"block decoder.1.upsample \({bad.__name__}\) {message}"):
+        export_model(loaded, "onnx", tmp_path / "m.onnx")
+    assert list(tmp_path.iterdir()) == []
