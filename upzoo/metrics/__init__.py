@@ -1,7 +1,7 @@
-"""Metrics: dataset-level confusion matrix, IoU, mIoU, pixel accuracy, Dice; Boundary IoU; image
-checkerboard."""
+"""Metrics: dataset-level confusion matrix, IoU, mIoU, pixel accuracy, Dice; Boundary IoU and the
+boundary F-score (2D); HD95 and the normalised surface Dice (3D, in mm); image checkerboard."""
 
-from upzoo.metrics.boundary import BoundaryIoU, boundary_iou
+from upzoo.metrics.boundary import BoundaryFScore, BoundaryIoU, boundary_fscore, boundary_iou
 from upzoo.metrics.checkerboard import image_checkerboard
 from upzoo.metrics.confusion import (
     ConfusionMatrix,
@@ -11,6 +11,7 @@ from upzoo.metrics.confusion import (
     mean_iou,
     pixel_accuracy,
 )
+from upzoo.metrics.surface import SurfaceMetrics, hausdorff95, surface_dice, surface_distances
 
 __all__ = [
     "ConfusionMatrix",
@@ -22,4 +23,10 @@ __all__ = [
     "image_checkerboard",
     "BoundaryIoU",
     "boundary_iou",
+    "BoundaryFScore",
+    "boundary_fscore",
+    "SurfaceMetrics",
+    "hausdorff95",
+    "surface_dice",
+    "surface_distances",
 ]

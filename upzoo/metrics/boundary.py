@@ -25,7 +25,7 @@ import torch
 
 from upzoo.errors import ShapeError
 
-__all__ = ["boundary_bands", "boundary_iou", "BoundaryIoU"]
+__all__ = ["boundary_bands", "boundary_iou", "BoundaryIoU", "boundary_fscore", "BoundaryFScore"]
 
 
 def _edges(labels: np.ndarray) -> np.ndarray:
@@ -132,3 +132,104 @@ def boundary_iou(
     acc.update(pred, target)
     result = acc.compute()
     return result["boundary_iou"], torch.tensor(result["per_class_boundary_iou"])
+
+
+# -- boundary F-score -------------------------------------------------------------------------------
+
+
+def _contours(labels: np.ndarray) -> np.ndarray:
+    """Pixels with a differently-labelled 8-neighbour inside the image (the image border is not a
+    contour here: a region reaching it has no boundary there)."""
+    padded = np.pad(labels.astype(np.int32), 1, mode="edge")
+    h, w = labels.shape
+    edge = np.zeros((h, w), dtype=bool)
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            if dy or dx:
+                edge |= padded[1 + dy : 1 + dy + h, 1 + dx : 1 + dx + w] != labels
+    return edge
+
+
+def _matched(edge_a: np.ndarray, edge_b: np.ndarray, tolerance: float) -> int:
+    """How many pixels of ``edge_a`` lie within Euclidean ``tolerance`` of a pixel of ``edge_b``."""
+    import cv2
+
+    if not edge_b.any():
+        return 0
+    distance = cv2.distanceTransform((~edge_b).astype(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
+    return int((distance[edge_a] <= tolerance).sum())
+
+
+def _fscore_counts(pred, target, num_classes: int, ignore_index: int | None, tolerance: float) -> np.ndarray:
+    """Per class: (matched prediction contour, prediction contour, matched reference contour,
+    reference contour) pixel counts, ignored pixels left out."""
+    valid = target != ignore_index if ignore_index is not None else np.ones(target.shape, bool)
+    edge_p, edge_t = _contours(pred) & valid, _contours(target) & valid
+    counts = np.zeros((4, num_classes), dtype=np.int64)
+    for c in np.union1d(np.unique(pred[edge_p]), np.unique(target[edge_t])):
+        if not 0 <= c < num_classes:
+            continue
+        p, t = edge_p & (pred == c), edge_t & (target == c)
+        counts[:, c] = (_matched(p, t, tolerance), p.sum(), _matched(t, p, tolerance), t.sum())
+    return counts
+
+
+class BoundaryFScore:
+    """Streaming boundary F-score per class: precision is the share of predicted contour pixels
+    within ``tolerance`` pixels (Euclidean) of the reference contour of the same class, recall the
+    share of reference contour pixels within ``tolerance`` of the predicted one; ``F = 2PR / (P + R)``
+    from counts summed over the dataset (and DDP ranks). ``NaN`` for a class with no contour in
+    either; 0 if it has contour in only one.
+
+    >>> acc = BoundaryFScore(num_classes=2)
+    >>> square = torch.zeros(1, 12, 12, dtype=torch.long)
+    >>> square[:, 3:9, 3:9] = 1
+    >>> acc.update(square, square)
+    >>> acc.compute()["boundary_fscore"]
+    1.0
+    """
+
+    def __init__(self, num_classes: int, ignore_index: int | None = 255, *, tolerance: float = 2.0) -> None:
+        if not tolerance >= 0:
+            raise ShapeError(f"tolerance must be >= 0 pixels, got {tolerance}")
+        self.num_classes, self.ignore_index, self.tolerance = num_classes, ignore_index, float(tolerance)
+        self.counts = torch.zeros(4, num_classes, dtype=torch.int64)
+
+    def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
+        if pred.shape != target.shape or pred.ndim not in (2, 3):
+            raise ShapeError(
+                f"the boundary F-score takes label maps (H, W) or (B, H, W) of one shape, got prediction "
+                f"{tuple(pred.shape)} and target {tuple(target.shape)}"
+            )
+        preds, targets = pred.detach().cpu().numpy(), target.detach().cpu().numpy()
+        for p, t in zip(preds.reshape(-1, *preds.shape[-2:]), targets.reshape(-1, *targets.shape[-2:])):
+            counts = _fscore_counts(p, t, self.num_classes, self.ignore_index, self.tolerance)
+            self.counts += torch.from_numpy(counts)
+
+    def all_reduce(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(self.counts, op=dist.ReduceOp.SUM)
+
+    def compute(self) -> dict[str, Any]:
+        """``boundary_fscore`` (mean over classes with a contour) and ``per_class_boundary_fscore``."""
+        hit_p, n_p, hit_t, n_t = self.counts.double()
+        precision, recall = hit_p / n_p.clamp_min(1), hit_t / n_t.clamp_min(1)
+        f = torch.where(precision + recall > 0, 2 * precision * recall / (precision + recall).clamp_min(1e-12), 0.0)
+        f = torch.where((n_p + n_t) > 0, f, float("nan"))
+        present = f[~f.isnan()]
+        return {
+            "boundary_fscore": float(present.mean()) if present.numel() else float("nan"),
+            "per_class_boundary_fscore": f.tolist(),
+        }
+
+
+def boundary_fscore(
+    pred: torch.Tensor, target: torch.Tensor, num_classes: int, *, ignore_index: int | None = 255, tolerance=2.0
+) -> tuple[float, torch.Tensor]:
+    """Mean boundary F-score and the per-class values of label maps ``(H, W)`` or ``(B, H, W)``."""
+    acc = BoundaryFScore(num_classes, ignore_index, tolerance=tolerance)
+    acc.update(pred, target)
+    result = acc.compute()
+    return result["boundary_fscore"], torch.tensor(result["per_class_boundary_fscore"], dtype=torch.float64)

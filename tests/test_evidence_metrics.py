@@ -1,0 +1,137 @@
+"""HD95 and surface Dice against MONAI; the boundary F-score against a definition written here with
+scipy; their NaN conventions, streaming sums and errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from upzoo.errors import ShapeError
+from upzoo.metrics import BoundaryFScore, SurfaceMetrics, boundary_fscore, hausdorff95, surface_dice
+
+monai_metrics = pytest.importorskip("monai.metrics")
+
+
+def _blobs(shape, num_classes, seed):
+    """Label volumes of overlapping ellipsoids: a reference and a perturbed prediction."""
+    rng = np.random.default_rng(seed)
+    grids = np.meshgrid(*[np.arange(s) for s in shape], indexing="ij")
+
+    def volume(jitter: float) -> np.ndarray:
+        labels = np.zeros(shape, dtype=np.int64)
+        for c in range(1, num_classes):
+            centre = rng.uniform(0.3, 0.7, len(shape)) * np.array(shape)
+            radii = rng.uniform(0.12, 0.3, len(shape)) * np.array(shape) * (1 + jitter * rng.normal())
+            inside = sum(((g - m) / r) ** 2 for g, m, r in zip(grids, centre, radii)) <= 1
+            labels[inside] = c
+        return labels
+
+    state = rng.bit_generator.state
+    target = volume(0.0)
+    rng.bit_generator.state = state
+    return volume(0.15), target
+
+
+def _one_hot(labels: np.ndarray, num_classes: int) -> torch.Tensor:
+    return torch.nn.functional.one_hot(torch.from_numpy(labels), num_classes).movedim(-1, 0)[None].float()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("spacing", [(1.0, 1.0, 1.0), (3.0, 0.8, 0.7)])
+def test_hd95_and_surface_dice_equal_monai(seed, spacing):
+    pred, target = _blobs((20, 28, 24), 4, seed)
+    ours_hd = hausdorff95(pred, target, 4, spacing=spacing)
+    ours_nsd = surface_dice(pred, target, 4, spacing=spacing, tolerance_mm=2.0)
+    p, t = _one_hot(pred, 4), _one_hot(target, 4)
+    monai_hd = monai_metrics.compute_hausdorff_distance(p, t, include_background=True, percentile=95, spacing=spacing)
+    monai_nsd = monai_metrics.compute_surface_dice(p, t, [2.0] * 4, include_background=True, spacing=spacing)
+    np.testing.assert_allclose(ours_hd.numpy(), monai_hd[0].double().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours_nsd.numpy(), monai_nsd[0].double().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_absent_classes_follow_the_miou_convention():
+    target = np.zeros((8, 8, 8), dtype=np.int64)
+    target[2:5, 2:5, 2:5] = 1
+    pred = target.copy()
+    pred[6:8, 6:8, 6:8] = 2  # class 2 only in the prediction; class 3 in neither
+    hd = hausdorff95(pred, target, 4, spacing=(1, 1, 1))
+    nsd = surface_dice(pred, target, 4, spacing=(1, 1, 1), tolerance_mm=1.0)
+    assert hd[1] == 0 and math.isinf(hd[2]) and math.isnan(hd[3])
+    assert nsd[1] == 1 and nsd[2] == 0 and math.isnan(nsd[3])
+
+
+def test_streaming_surface_metrics_average_the_cases():
+    acc = SurfaceMetrics(3, tolerance_mm=1.5)
+    cases = [_blobs((12, 16, 16), 3, seed) for seed in range(3)]
+    for pred, target in cases:
+        acc.update(torch.from_numpy(pred), torch.from_numpy(target), (2.0, 1.0, 1.0))
+    result = acc.compute()
+    expected = np.mean([hausdorff95(p, t, 3, spacing=(2.0, 1.0, 1.0)).numpy() for p, t in cases], axis=0)
+    np.testing.assert_allclose(result["per_class_hd95"], expected)
+    assert result["hd95"] == pytest.approx(expected[1:].mean())
+
+
+def test_surface_metrics_refuse_mismatched_inputs():
+    with pytest.raises(ShapeError, match=r"one spacing per axis, got prediction \(4, 4, 4\), target \(4, 4, 4\)"):
+        hausdorff95(np.zeros((4, 4, 4)), np.zeros((4, 4, 4)), 2, spacing=(1, 1))
+
+
+def _reference_fscore(pred, target, num_classes, tolerance):
+    """The boundary F-score from its definition: per class, contour pixels (a differently-labelled
+    8-neighbour inside the image), matched within Euclidean distance by scipy's EDT."""
+    from scipy.ndimage import distance_transform_edt, grey_dilation, grey_erosion
+
+    def contour(labels, c):
+        mask = labels == c
+        lo = grey_erosion(labels, size=3, mode="nearest")
+        hi = grey_dilation(labels, size=3, mode="nearest")
+        return mask & ((lo != c) | (hi != c))
+
+    sums = np.zeros((4, num_classes))
+    for p, t in zip(pred, target):
+        for c in range(num_classes):
+            cp, ct = contour(p, c), contour(t, c)
+            dt = distance_transform_edt(~ct) if ct.any() else np.full(ct.shape, np.inf)
+            dp = distance_transform_edt(~cp) if cp.any() else np.full(cp.shape, np.inf)
+            sums[:, c] += ((dt[cp] <= tolerance).sum(), cp.sum(), (dp[ct] <= tolerance).sum(), ct.sum())
+    f = []
+    for hit_p, n_p, hit_t, n_t in sums.T:
+        if n_p + n_t == 0:
+            f.append(np.nan)
+            continue
+        precision, recall = hit_p / max(n_p, 1), hit_t / max(n_t, 1)
+        f.append(0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall))
+    return np.array(f)
+
+
+@pytest.mark.parametrize("tolerance", [0, 1, 2.5])
+def test_boundary_fscore_equals_its_definition(tolerance):
+    rng = np.random.default_rng(3)
+    target = np.stack([_blobs((40, 56), 5, s)[1] for s in range(2)])
+    pred = np.stack([_blobs((40, 56), 5, s)[0] for s in range(2)])
+    pred[0, rng.random((40, 56)) < 0.02] = 3  # speckle
+    mean, per_class = boundary_fscore(torch.from_numpy(pred), torch.from_numpy(target), 6, tolerance=tolerance)
+    expected = _reference_fscore(pred, target, 6, tolerance)
+    np.testing.assert_allclose(per_class.numpy(), expected, rtol=1e-9)
+    assert mean == pytest.approx(np.nanmean(expected)) and math.isnan(per_class[5])
+
+
+def test_boundary_fscore_streams_and_ignores():
+    target = torch.zeros(2, 16, 16, dtype=torch.long)
+    target[:, 4:12, 4:12] = 1
+    shifted = torch.roll(target, 3, dims=2)
+    acc = BoundaryFScore(2, tolerance=3)
+    acc.update(shifted[:1], target[:1])
+    acc.update(shifted[1:], target[1:])
+    whole, _ = boundary_fscore(shifted, target, 2, tolerance=3)
+    assert acc.compute()["boundary_fscore"] == pytest.approx(whole) and whole == pytest.approx(1.0)
+    far = boundary_fscore(shifted, target, 2, tolerance=1)[0]
+    assert 0 < far < 1
+    ignored = target.clone()
+    ignored[:, :, 6:] = 255
+    assert boundary_fscore(shifted, ignored, 2, tolerance=1)[0] != far
+    with pytest.raises(ShapeError, match="tolerance must be >= 0 pixels"):
+        BoundaryFScore(2, tolerance=-1)
