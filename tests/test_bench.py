@@ -127,14 +127,24 @@ def test_bench_commands(tmp_path):
     measured = json.loads(result.stdout)
     assert measured["fps"] > 0 and measured["input"] == [1, 3, 32, 32] and "peak_train_checkpointing_mib" in measured
     out = tmp_path / "cmp"
-    result = _cli("bench", "compare", str(recipe), "--upsamplers", "transposed,dysample", "--out", str(out))
+    variants = "transposed,interp_conv:mode=bilinear"
+    args = ["--upsamplers", variants, "--seeds", "2", "--rounds", "3", "--out", str(out), "--no-progress"]
+    result = _cli("bench", "compare", str(recipe), *args)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "| transposed |" in result.stdout and "| dysample |" in result.stdout
-    assert (out / "compare.png").is_file() and (out / "transposed" / "last.pt").is_file()
+    assert "| transposed |" in result.stdout and "| interp_conv mode=bilinear |" in result.stdout
+    assert (out / "compare.png").is_file() and (out / "transposed" / "seed1" / "last.pt").is_file()
     rows = json.loads((out / "compare.json").read_text())
-    assert [r["upsampler"] for r in rows] == ["transposed", "dysample"] and all(r["steps"] == 2 for r in rows)
+    assert [r["upsampler"] for r in rows] == ["transposed", "interp_conv mode=bilinear"]
+    first, second = rows
+    assert len(first["miou_per_seed"]) == 2 and "miou_diff" not in first and "thin_iou_mean" in first
+    expected = [a - b for a, b in zip(second["miou_per_seed"], first["miou_per_seed"])]
+    assert second["miou_diff"] == pytest.approx(sum(expected) / 2)
+    assert second["miou_beyond"] == (second["miou_diff_low"] > 0 or second["miou_diff_high"] < 0)
+    assert first["ms_q1"] <= first["ms"] <= first["ms_q3"] and first["fps"] == pytest.approx(1000 / first["ms"])
     bad = _cli("bench", "compare", str(recipe), "--upsamplers", "transposd")
     assert bad.returncode == 1 and "did you mean 'transposed'" in bad.stderr
+    bad = _cli("bench", "compare", str(recipe), "--upsamplers", "transposed", "--baseline", "carafe")
+    assert bad.returncode == 1 and "--baseline 'carafe' is not one of the variants: transposed" in bad.stderr
     assert _cli("bench", "blocks", "--device", "cuda").returncode == (0 if torch.cuda.is_available() else 1)
 
 

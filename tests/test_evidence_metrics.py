@@ -135,3 +135,40 @@ def test_boundary_fscore_streams_and_ignores():
     assert boundary_fscore(shifted, ignored, 2, tolerance=1)[0] != far
     with pytest.raises(ShapeError, match="tolerance must be >= 0 pixels"):
         BoundaryFScore(2, tolerance=-1)
+
+
+def test_seed_intervals_and_paired_differences_match_scipy():
+    from scipy import stats
+
+    from upzoo.bench.evidence import paired_difference, parse_variants, seed_interval
+
+    values, base = [0.61, 0.64, 0.62, 0.66], [0.60, 0.61, 0.60, 0.62]
+    interval = seed_interval(values)
+    low, high = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
+    assert interval["ci_low"] == pytest.approx(low) and interval["ci_high"] == pytest.approx(high)
+    diff = paired_difference(values, base)
+    result = stats.ttest_rel(values, base)
+    assert diff["diff"] == pytest.approx(np.mean(np.subtract(values, base)))
+    assert diff["beyond"] == (result.pvalue < 0.05)
+    assert paired_difference([0.5, 0.7], [0.6, 0.6])["beyond"] is False
+    assert [v.label for v in parse_variants("transposed, interp_conv:mode=bilinear:align_corners=true")] == [
+        "transposed",
+        "interp_conv mode=bilinear align_corners=True",
+    ]
+    with pytest.raises(Exception, match="malformed option"):
+        parse_variants("interp_conv:mode")
+
+
+def test_balanced_class_weights_follow_the_pixel_shares():
+    from upzoo.train.tasks import balanced_class_weights, segmentation_loss
+
+    masks = [torch.tensor([[0, 0, 0, 1], [0, 0, 255, 2]]), torch.tensor([[0, 0, 0, 0], [0, 1, 1, 255]])]
+    dataset = [{"mask": m} for m in masks]
+    weights = balanced_class_weights(dataset, 4, 255)
+    share = torch.tensor([10, 3, 1, 0]) / 14
+    torch.testing.assert_close(weights, (1 / torch.log(1.02 + share)).float())
+    logits = torch.randn(2, 4, 2, 4)
+    target = torch.stack(masks)
+    expected = torch.nn.functional.cross_entropy(logits, target, weight=weights, ignore_index=255)
+    got = segmentation_loss(logits, target, kind="ce", ignore_index=255, num_classes=4, weight=weights)
+    torch.testing.assert_close(got, expected)

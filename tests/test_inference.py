@@ -83,7 +83,7 @@ def test_cli_predict_writes_labels_colours_overlays_and_csv(seg_run, tmp_path):
         labels = np.asarray(Image.open(out / f"{stem}.png"))
         assert labels.dtype == np.uint8 and labels.shape == (32, 64)
         np.testing.assert_array_equal(labels, predictor.predict(str(image)).labels)
-        colours = np.asarray(Image.open(out / f"{stem}_color.png"))
+        colours = np.asarray(Image.open(out / f"{stem}_color.png").convert("RGB"))
         np.testing.assert_array_equal(colours, predictor.loaded.palette[labels])
         overlay = np.asarray(Image.open(out / f"{stem}_overlay.png")).astype(int)
         pixels = np.asarray(Image.open(image).convert("RGB")).astype(int)
@@ -332,3 +332,14 @@ def test_export_cli_verifies_onnx_and_the_exported_program(seg_run, tmp_path):
     assert result.exit_code == 0 and (seg_run / "model.pt2").is_file()
     program = torch.export.load(str(seg_run / "model.pt2")).module()
     torch.testing.assert_close(program(x), torch.from_numpy(expected), atol=1e-5, rtol=0)
+
+
+def test_volume_runs_log_hd95_and_surface_dice_and_2d_runs_the_boundary_fscore(volume_run, seg_run):
+    header = (volume_run / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert header[-2:] == ["val_hd95", "val_surface_dice"]
+    val = json.loads((volume_run / "summary.json").read_text())["val"]
+    assert len(val["per_class_hd95"]) == 4 and 0 <= val["surface_dice"] <= 1
+    header = (seg_run / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert header[-2:] == ["val_boundary_iou", "val_boundary_fscore"]
+    val = json.loads((seg_run / "summary.json").read_text())["val"]
+    assert 0 <= val["boundary_fscore"] <= 1 and len(val["per_class_boundary_fscore"]) == 19

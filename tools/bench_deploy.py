@@ -99,7 +99,7 @@ def bench_predict(name: str, loaded: LoadedModel, size, count: int, rounds: int,
     def bare() -> None:
         with torch.no_grad():
             for i in range(0, len(tensors), batch):
-                loaded.model(torch.stack(tensors[i : i + batch])).argmax(1)
+                loaded.model(torch.stack(tensors[i : i + batch]))
 
     def predict() -> None:
         options = PredictOptions(tmp / "out", batch_size=batch, num_workers=2, overwrite=True, progress=False)

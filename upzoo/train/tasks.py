@@ -52,9 +52,16 @@ class Task:
 
 
 def segmentation_loss(
-    output: torch.Tensor | list[torch.Tensor], target: torch.Tensor, *, kind: str, ignore_index: int, num_classes: int
+    output: torch.Tensor | list[torch.Tensor],
+    target: torch.Tensor,
+    *,
+    kind: str,
+    ignore_index: int,
+    num_classes: int,
+    weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Cross-entropy with ``ignore_index`` (+ soft Dice over the non-ignored pixels for ``ce+dice``).
+    """Cross-entropy with ``ignore_index`` and optional class ``weight`` (+ soft Dice over the
+    non-ignored pixels for ``ce+dice``).
     With deep supervision (a list), auxiliary outputs are weighted 1/2, 1/4, ... against targets
     downsampled by nearest neighbour."""
     outputs = output if isinstance(output, (list, tuple)) else [output]
@@ -63,7 +70,7 @@ def segmentation_loss(
         t = target
         if logits.shape[2:] != target.shape[1:]:
             t = F.interpolate(target[:, None].float(), size=logits.shape[2:], mode="nearest")[:, 0].long()
-        loss = F.cross_entropy(logits.float(), t, ignore_index=ignore_index)
+        loss = F.cross_entropy(logits.float(), t, weight=weight, ignore_index=ignore_index)
         if kind == "ce+dice":
             valid = (t != ignore_index).unsqueeze(1)
             probs = logits.float().softmax(1) * valid
@@ -76,29 +83,56 @@ def segmentation_loss(
     return total / weights
 
 
+def balanced_class_weights(dataset, num_classes: int, ignore_index: int) -> torch.Tensor:
+    """ENet's class weights ``1 / ln(1.02 + p_c)`` from the pixel share ``p_c`` of each class in one
+    pass over ``dataset``'s masks (bounded: ~1.4 for a class that covers everything, ~50 for one
+    that never appears)."""
+    counts = torch.zeros(num_classes, dtype=torch.float64)
+    for index in range(len(dataset)):
+        mask = torch.as_tensor(dataset[index]["mask"]).flatten()
+        mask = mask[mask != ignore_index]
+        counts += torch.bincount(mask.clamp(0, num_classes - 1), minlength=num_classes)[:num_classes].double()
+    share = counts / counts.sum().clamp_min(1)
+    return (1.0 / torch.log(1.02 + share)).float()
+
+
 class SegmentationTask(Task):
     """2D images and 3D volumes: cross-entropy (+ Dice), validated by mIoU; best.pt by val mIoU."""
 
     kind = "segmentation"
     step_columns = ["loss"]
-    eval_columns = ["val_miou", "val_pixel_accuracy", "val_mean_dice", "val_boundary_iou"]
     best_key = "val_miou"
+    BOUNDARY_2D, BOUNDARY_3D = ("boundary_iou", "boundary_fscore"), ("hd95", "surface_dice")
 
     def __init__(self, prepared: Prepared) -> None:
         super().__init__(prepared)
         self.modules = {"model": build_model(prepared.spec)}
         self.volumes = prepared.recipe.data.kind == "volumes"
+        self.boundary_keys = self.BOUNDARY_3D if self.volumes else self.BOUNDARY_2D
+        self.eval_columns = ["val_miou", "val_pixel_accuracy", "val_mean_dice"]
+        self.eval_columns += [f"val_{key}" for key in self.boundary_keys]
         self.curve_columns = ["val_miou"] + (["val_mean_dice"] if self.volumes else [])
         self.palette = class_palette(prepared.num_classes, prepared.palette)
         self.last_metrics: dict[str, Any] = {}
+        self.class_weight = None
+        if prepared.recipe.train.class_weights == "balanced":
+            self.class_weight = balanced_class_weights(
+                prepared.data.train, prepared.num_classes, prepared.data.ignore_index
+            )
 
     def step(self, batch: dict, trainer: Trainer) -> dict[str, float]:
         images, masks = trainer.to_device(batch["image"], image=True), trainer.to_device(batch["mask"])
         with trainer.autocast():
             output = trainer.net("model")(images)
         data = self.prepared.data
+        weight = self.class_weight.to(trainer.device) if self.class_weight is not None else None
         loss = segmentation_loss(
-            output, masks, kind=trainer.cfg.loss, ignore_index=data.ignore_index, num_classes=self.prepared.num_classes
+            output,
+            masks,
+            kind=trainer.cfg.loss,
+            ignore_index=data.ignore_index,
+            num_classes=self.prepared.num_classes,
+            weight=weight,
         )
         return {"loss": trainer.optimize(loss, "model")}
 
@@ -128,7 +162,7 @@ class SegmentationTask(Task):
             "val_miou": metrics["miou"],
             "val_pixel_accuracy": metrics["pixel_accuracy"],
             "val_mean_dice": metrics["mean_dice"],
-            "val_boundary_iou": metrics.get("boundary_iou", float("nan")),
+            **{f"val_{key}": metrics.get(key, float("nan")) for key in self.boundary_keys},
         }
 
     def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
