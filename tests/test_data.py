@@ -78,6 +78,21 @@ def test_synthetic_scenes_cover_many_classes(city):
     assert {0, 1, 2, 8, 10, 13} <= classes and 255 not in classes
 
 
+def test_nine_scenes_hold_all_19_classes_including_the_thin_ones(tmp_path):
+    from upzoo.data.synthetic import OBJECT_KINDS
+
+    root = ensure_synthetic_cityscapes(tmp_path, train=1, val=len(OBJECT_KINDS), size=(128, 256), seed=0)
+    counts = np.zeros(256, dtype=np.int64)
+    for sample in CityscapesDataset(root, "val"):
+        counts += np.bincount(sample["mask"].numpy().ravel(), minlength=256)
+    assert (counts[:19] > 0).all(), [i for i in range(19) if counts[i] == 0]
+    widths = []  # poles (train id 5): 1-6 px wide, measured per row
+    for sample in CityscapesDataset(root, "val"):
+        mask = sample["mask"].numpy() == 5
+        widths += [int(row.sum()) for row in mask if 0 < row.sum() <= 8]
+    assert widths and 1 <= min(widths) and np.median(widths) <= 6
+
+
 # -- the Cityscapes reader on its layout -------------------------------------------------------------
 def test_reader_returns_tensors_and_prefers_label_train_ids(city, tmp_path):
     ds = CityscapesDataset(city, "val", segmentation_2d(None, train=False))
