@@ -11,7 +11,7 @@ from upzoo.metrics.confusion import (
     mean_iou,
     pixel_accuracy,
 )
-from upzoo.metrics.surface import SurfaceMetrics, hausdorff95, surface_dice, surface_distances
+from upzoo.metrics.surface import SurfaceMetrics, hausdorff95, surface_dice, surface_distances, surface_metrics
 
 __all__ = [
     "ConfusionMatrix",
@@ -29,4 +29,5 @@ __all__ = [
     "hausdorff95",
     "surface_dice",
     "surface_distances",
+    "surface_metrics",
 ]

@@ -150,14 +150,23 @@ def _contours(labels: np.ndarray) -> np.ndarray:
     return edge
 
 
-def _matched(edge_a: np.ndarray, edge_b: np.ndarray, tolerance: float) -> int:
-    """How many pixels of ``edge_a`` lie within Euclidean ``tolerance`` of a pixel of ``edge_b``."""
-    import cv2
+def _offsets(tolerance: float) -> list[tuple[int, int]]:
+    r = int(math.floor(tolerance))
+    return [(dy, dx) for dy in range(-r, r + 1) for dx in range(-r, r + 1) if dy * dy + dx * dx <= tolerance**2]
 
-    if not edge_b.any():
-        return 0
-    distance = cv2.distanceTransform((~edge_b).astype(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
-    return int((distance[edge_a] <= tolerance).sum())
+
+def _matched(labels_a: np.ndarray, edge_a: np.ndarray, labels_b: np.ndarray, edge_b: np.ndarray, tolerance: float):
+    """Per pixel of ``edge_a``: whether a pixel of ``edge_b`` with the same label lies within
+    Euclidean distance ``tolerance`` — all classes at once, one shifted comparison per offset of
+    the tolerance disk (13 for 2 px)."""
+    r = int(math.floor(tolerance))
+    contour_b = np.pad(np.where(edge_b, labels_b.astype(np.int32), -1), r, constant_values=-1)
+    a = np.where(edge_a, labels_a.astype(np.int32), -2)
+    h, w = a.shape
+    hit = np.zeros(a.shape, dtype=bool)
+    for dy, dx in _offsets(tolerance):
+        hit |= contour_b[r + dy : r + dy + h, r + dx : r + dx + w] == a
+    return hit
 
 
 def _fscore_counts(pred, target, num_classes: int, ignore_index: int | None, tolerance: float) -> np.ndarray:
@@ -165,13 +174,14 @@ def _fscore_counts(pred, target, num_classes: int, ignore_index: int | None, tol
     reference contour) pixel counts, ignored pixels left out."""
     valid = target != ignore_index if ignore_index is not None else np.ones(target.shape, bool)
     edge_p, edge_t = _contours(pred) & valid, _contours(target) & valid
-    counts = np.zeros((4, num_classes), dtype=np.int64)
-    for c in np.union1d(np.unique(pred[edge_p]), np.unique(target[edge_t])):
-        if not 0 <= c < num_classes:
-            continue
-        p, t = edge_p & (pred == c), edge_t & (target == c)
-        counts[:, c] = (_matched(p, t, tolerance), p.sum(), _matched(t, p, tolerance), t.sum())
-    return counts
+    hit_p = _matched(pred, edge_p, target, edge_t, tolerance)
+    hit_t = _matched(target, edge_t, pred, edge_p, tolerance)
+
+    def count(labels, where):
+        values = labels[where].astype(np.int64)
+        return np.bincount(values[(values >= 0) & (values < num_classes)], minlength=num_classes)[:num_classes]
+
+    return np.stack([count(pred, hit_p), count(pred, edge_p), count(target, hit_t), count(target, edge_t)])
 
 
 class BoundaryFScore:
