@@ -230,13 +230,17 @@ BLUR_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize("options", BLUR_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
-@pytest.mark.parametrize("mask", [None, "bool", "float"])
+@pytest.mark.parametrize(
+    "options, mask",
+    [
+        pytest.param(o, m, id=",".join(f"{k}={v}" for k, v in o.items()) + f"-{m}")
+        for o in BLUR_OPTIONS
+        for m in (None, "bool", "float")
+        if m is None or "soft" not in o  # soft applies to the threshold, not with a mask
+    ],
+)
 def test_select_formulation_equals_the_eager_blur_in_values_and_gradients(options, mask):
     from upzoo.filters.masked_blur import _taps_and_steps
-
-    if mask is not None and "soft" in options:
-        pytest.skip("soft applies to the threshold, not with a mask")
     x = torch.randn(2, 3, 9, 11, dtype=torch.float64)
     m = None if mask is None else (torch.rand(2, 1, 9, 11) > 0.5 if mask == "bool" else torch.rand(2, 1, 9, 11))
     m = m.double() if mask == "float" else m
@@ -351,3 +355,24 @@ def test_export_refuses_and_names_the_block(bad, message, tmp_path):
     with pytest.raises(ExportError, match=rf"block decoder.1.upsample \({bad.__name__}\) {message}"):
         export_model(loaded, "onnx", tmp_path / "m.onnx")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_pytorch_formulation_compiles_and_exports_too():
+    """Without the fused kernel (no C compiler, or pytorch_formulation()) the traced blur is the
+    branch-free select formulation: compile and export see no data-dependent branch."""
+    block = create_upsampler("masked_blur", spatial_dims=3, in_channels=2, out_channels=2, scale=1, threshold=0.1)
+    x = torch.randn(2, 2, 5, 6, 7)
+    with pytorch_formulation():
+        torch._dynamo.reset()
+        compiled = torch.compile(block, fullgraph=True, backend="aot_eager", dynamic=True)
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        expected, got = block(a), compiled(b)
+        torch.testing.assert_close(got, expected)
+        expected.square().sum().backward()
+        got.square().sum().backward()
+        torch.testing.assert_close(b.grad, a.grad)
+        dynamic = ({0: Dim.DYNAMIC, 2: Dim.DYNAMIC, 3: Dim.DYNAMIC, 4: Dim.DYNAMIC},)
+        program = _quiet(torch.export.export, block, (x,), dynamic_shapes=dynamic)
+        assert "upzoo.masked_blur" not in str(program.graph)
+        other = torch.randn(1, 2, 4, 9, 3)
+        torch.testing.assert_close(program.module()(other), block(other))

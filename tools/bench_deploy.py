@@ -6,8 +6,8 @@ measured in the same run, interleaved, median and interquartile range:
 2. onnxruntime (CPU) and torch.compile (inductor) inference vs eager PyTorch, same model and input;
 3. the exported masked blur in onnxruntime vs the fused CPU kernel, 64x3x64x64.
 
-Models: the quickstart U-Net at 128x256 (its generated resolution) and a resnet18 U-Net at 512x1024 (random weights: speed
-does not depend on them).
+Models: the quickstart U-Net at 128x256 (its generated resolution) and a resnet18 U-Net at 512x1024
+(random weights: speed does not depend on them).
 
     python tools/bench_deploy.py [--images 64] [--big-images 16] [--rounds 10]
 """

@@ -130,7 +130,8 @@ class _Writer:
         write_image_prediction(outputs, prediction.labels, self.palette, item.array, prediction.probabilities)
 
     def present(self, labels: np.ndarray) -> str:
-        return " ".join(self.names[k] if k < len(self.names) else str(k) for k in np.unique(labels))
+        found = np.flatnonzero(np.bincount(labels.ravel()))
+        return " ".join(self.names[k] if k < len(self.names) else str(k) for k in found)
 
     def close(self) -> None:
         for future in self.pending:

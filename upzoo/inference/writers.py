@@ -34,7 +34,7 @@ def colorize(labels: np.ndarray, palette: np.ndarray) -> np.ndarray:
 def _save_png(path: Path, array: np.ndarray) -> None:
     from PIL import Image
 
-    atomic_write(path, lambda tmp: Image.fromarray(array).save(tmp, format="PNG"))
+    atomic_write(path, lambda tmp: Image.fromarray(array).save(tmp, format="PNG", compress_level=1))
 
 
 def write_image_prediction(
@@ -52,7 +52,7 @@ def write_image_prediction(
     _save_png(paths["labels"], labels.astype(np.uint8))
     coloured = Image.fromarray(labels.astype(np.uint8), "L").convert("P")  # an indexed PNG: 5x faster to write
     coloured.putpalette(colorize(np.arange(256, dtype=np.uint8), palette).tobytes())
-    atomic_write(paths["color"], lambda tmp: coloured.save(tmp, format="PNG"))
+    atomic_write(paths["color"], lambda tmp: coloured.save(tmp, format="PNG", compress_level=1))
     if "overlay" in paths and image is not None:
         colours = colorize(labels, palette)
         rgb = image if image.ndim == 3 and image.shape[2] == 3 else np.repeat(image.reshape(*image.shape[:2], 1), 3, 2)
