@@ -241,6 +241,7 @@ BLUR_OPTIONS = [
 )
 def test_select_formulation_equals_the_eager_blur_in_values_and_gradients(options, mask):
     from upzoo.filters.masked_blur import _taps_and_steps
+
     x = torch.randn(2, 3, 9, 11, dtype=torch.float64)
     m = None if mask is None else (torch.rand(2, 1, 9, 11) > 0.5 if mask == "bool" else torch.rand(2, 1, 9, 11))
     m = m.double() if mask == "float" else m
