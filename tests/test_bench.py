@@ -141,6 +141,13 @@ def test_bench_commands(tmp_path):
     assert second["miou_diff"] == pytest.approx(sum(expected) / 2)
     assert second["miou_beyond"] == (second["miou_diff_low"] > 0 or second["miou_diff_high"] < 0)
     assert first["ms_q1"] <= first["ms"] <= first["ms_q3"] and first["fps"] == pytest.approx(1000 / first["ms"])
+    stamp = (out / "transposed" / "seed1" / "last.pt").stat().st_mtime_ns
+    again = _cli("bench", "compare", str(recipe), *args)  # finished seeds are reused, not trained again
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (out / "transposed" / "seed1" / "last.pt").stat().st_mtime_ns == stamp
+    assert [r["miou_per_seed"] for r in json.loads((out / "compare.json").read_text())] == [
+        r["miou_per_seed"] for r in rows
+    ]
     bad = _cli("bench", "compare", str(recipe), "--upsamplers", "transposd")
     assert bad.returncode == 1 and "did you mean 'transposed'" in bad.stderr
     bad = _cli("bench", "compare", str(recipe), "--upsamplers", "transposed", "--baseline", "carafe")

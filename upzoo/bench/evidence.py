@@ -80,9 +80,10 @@ def seed_interval(values: Sequence[float]) -> dict[str, float]:
     >>> round(r["mean"], 3), round(r["std"], 3), round(r["ci_low"], 3), round(r["ci_high"], 3)
     (0.6, 0.1, 0.352, 0.848)
     """
-    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
-    if not finite:
-        return {"mean": math.nan, "std": math.nan, "ci_low": math.nan, "ci_high": math.nan}
+    finite = [float(v) for v in values if v is not None and not math.isnan(v)]  # NaN: undefined, left out
+    if not finite or any(math.isinf(v) for v in finite):  # e.g. HD95 of a seed that missed a class
+        mean = math.inf if finite else math.nan
+        return {"mean": mean, "std": math.nan, "ci_low": math.nan, "ci_high": math.nan}
     mean = statistics.fmean(finite)
     if len(finite) < 2:
         return {"mean": mean, "std": math.nan, "ci_low": math.nan, "ci_high": math.nan}
@@ -157,7 +158,8 @@ def _variant_recipe(recipe: Any, variant: Variant, seed: int) -> Any:
 
 
 def _quality(val: dict[str, Any], keys: Sequence[str], class_names: Sequence[str] | None) -> dict[str, float]:
-    values = {key: float(val.get(key, math.nan)) for key in keys if key != "thin_iou"}
+    # a reused summary.json holds NaN as null
+    values = {key: math.nan if val.get(key) is None else float(val[key]) for key in keys if key != "thin_iou"}
     if "thin_iou" in keys:
         names = list(class_names or [])
         thin = [val["per_class_iou"][names.index(c)] for c in THIN_CLASSES if c in names]
@@ -166,9 +168,40 @@ def _quality(val: dict[str, Any], keys: Sequence[str], class_names: Sequence[str
     return values
 
 
+def _finished(folder: Path, prepared: Any) -> dict[str, Any] | None:
+    """The summary of a training this comparison already finished in ``folder`` with the same recipe
+    (so an interrupted ``bench compare`` continues where it stopped), else ``None``."""
+    import json
+
+    from upzoo.recipe import plain
+
+    summary, recipe = folder / "summary.json", folder / "recipe.yaml"
+    if not (summary.is_file() and recipe.is_file()):
+        return None
+    from upzoo.config import read_yaml_file
+
+    expected = plain({**prepared.recipe.to_dict(), "model": prepared.model_dict()})
+    done = json.loads(summary.read_text())
+    if read_yaml_file(recipe) != expected or done.get("interrupted"):
+        return None
+    done["val"].update(_last_evaluation(folder / "metrics.csv"))  # JSON holds inf (a missed class) as null
+    return done
+
+
+def _last_evaluation(path: Path) -> dict[str, float]:
+    """The ``val_*`` values of the last evaluation row of ``metrics.csv`` (where inf stays inf)."""
+    import csv
+
+    with open(path, newline="") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("val_miou")]
+    last = rows[-1] if rows else {}
+    return {key[4:]: float(value) for key, value in last.items() if key.startswith("val_") and value}
+
+
 def train_seeds(recipe: Any, variant: Variant, seeds: Sequence[int], out: Path, tick: Callable[[], None]):
-    """Train ``variant`` once per seed into ``out/<label>/seed<k>``; per-seed quality values and the
-    prepared recipe of the last seed (for the speed measurement)."""
+    """Train ``variant`` once per seed into ``out/<label>/seed<k>`` (a seed finished there before with
+    the same recipe is reused); per-seed quality values and the prepared recipe of the last seed
+    (for the speed measurement)."""
     from upzoo.prepare import prepare
     from upzoo.train.engine import Trainer
     from upzoo.train.tasks import make_task
@@ -178,7 +211,9 @@ def train_seeds(recipe: Any, variant: Variant, seeds: Sequence[int], out: Path, 
         prepared = prepare(_variant_recipe(recipe, variant, seed))
         keys = QUALITY_3D if prepared.recipe.data.kind == "volumes" else QUALITY_2D
         folder = out / variant.label.replace(" ", "_").replace("=", "-") / f"seed{seed}"
-        summary = Trainer(make_task(prepared), folder, progress=False).fit()
+        summary = _finished(folder, prepared)
+        if summary is None:
+            summary = Trainer(make_task(prepared), folder, progress=False).fit()
         per_seed.append(_quality(summary.get("val") or {}, keys, prepared.data.class_names))
         tick()
     return per_seed, prepared
