@@ -184,7 +184,8 @@ def _finished(folder: Path, prepared: Any) -> dict[str, Any] | None:
     done = json.loads(summary.read_text())
     if read_yaml_file(recipe) != expected or done.get("interrupted"):
         return None
-    done["val"].update(_last_evaluation(folder / "metrics.csv"))  # JSON holds inf (a missed class) as null
+    missing = {k: v for k, v in _last_evaluation(folder / "metrics.csv").items() if done["val"].get(k) is None}
+    done["val"].update(missing)  # JSON holds inf (a missed class) as null; metrics.csv keeps it
     return done
 
 
