@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import small_recipe
 from PIL import Image
 
-from tests.conftest import small_recipe
 from upzoo.cli.group import cli
 from upzoo.errors import ConfigError, DataError
 from upzoo.inference import Predictor, load_model
