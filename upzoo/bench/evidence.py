@@ -142,7 +142,6 @@ def inference_call(model: nn.Module, shape: Sequence[int], device: str, amp: str
 
 QUALITY_2D = ("miou", "boundary_iou", "boundary_fscore", "thin_iou")
 QUALITY_3D = ("mean_dice", "hd95", "surface_dice", "miou")
-LOWER_IS_BETTER = {"hd95"}
 
 
 def _variant_recipe(recipe: Any, variant: Variant, seed: int) -> Any:
