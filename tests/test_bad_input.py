@@ -19,6 +19,7 @@ from PIL import Image
 
 from upzoo import UNet, create_upsampler, masked_gaussian_blur
 from upzoo.cli import main
+from upzoo.data.cityscapes import CLASS_NAMES
 from upzoo.data.volumes import VolumeDataset
 from upzoo.errors import ConfigError, DataError, ShapeError, TrainingError
 from upzoo.filters.masked_blur import MaskedGaussianBlur
@@ -123,7 +124,7 @@ CLI_CASES = [
         "transposed.bias: expected bool, got [1]",
         1,
     ),
-    (("shapes", "block", "transposed", "--input", "1x8x4.5x4"), "--input must look like 1x3x512x1024", 1),
+    (("shapes", "block", "transposed", "--input", "1x8x4.5x4"), "--input must look like 1x3x512x1024", 2),
     (("bench", "blocks", "--shape", "1x3"), "takes an input (B, C, H, W) or (B, C, D, H, W)", 1),
     (("bench", "blocks", "--shape", "8x64x64x64", "--runs", "0"), "'--runs': 0 is not in the range x>=1", 2),
     (("list", "--kind", "bogus"), "'--kind': 'bogus' is not one of", 2),
@@ -303,10 +304,11 @@ def _strict_json(text: str):
 def test_json_outputs_are_valid_json_with_null_for_undefined_metrics(seg_run, recipe_file):
     summary = _strict_json((seg_run / "summary.json").read_text())
     ious = summary["val"]["per_class_iou"]
-    assert None in ious  # classes absent from prediction and ground truth of one validation image
+    assert list(ious) == list(CLASS_NAMES)  # per-class values keyed by class name
+    assert None in ious.values()  # classes absent from prediction and ground truth of one validation image
     code, out, err = run("eval", recipe_file, "--checkpoint", str(seg_run / "last.pt"), "--json")
     assert code == 0, err
-    assert None in _strict_json(out)["per_class_iou"]
+    assert None in _strict_json(out)["per_class_iou"].values()
 
 
 # -- checkpoints -----------------------------------------------------------------------------------
@@ -420,10 +422,15 @@ def test_labels_are_checked_before_any_cast(tmp_path):
     wide = np.zeros((4, 8, 8), np.int16)
     wide[0, 0, 0] = 300  # wrapped to 44 by a uint8 cast before
     root = _volume_folder(tmp_path / "v", [wide, wide])
-    with pytest.raises(DataError, match=r"c0.nii.gz: labels must be whole numbers in 0..3 .* got values in 0..300"):
+    with pytest.raises(DataError, match=r"c0.nii.gz: labels must be in 0..3 .* got values in 0..300"):
         VolumeDataset(root, "train", num_classes=4)[0]
-    with pytest.raises(DataError, match=r"labels must be whole numbers in 0..255"):
+    with pytest.raises(DataError, match=r"labels must be in 0..255"):
         VolumeDataset(root, "train")[0]
+    fractional = np.zeros((4, 8, 8), np.float32)
+    fractional[1, 2, 3] = 1.5
+    root = _volume_folder(tmp_path / "f", [fractional, fractional])
+    with pytest.raises(DataError, match=r"c0.nii.gz: labels must be whole numbers, got 1 voxel\(s\) like 1.5"):
+        VolumeDataset(root, "train", num_classes=4)[0]
 
 
 def test_channel_count_is_checked(tmp_path):

@@ -83,13 +83,21 @@ def test_cli_predict_writes_labels_colours_overlays_and_csv(seg_run, tmp_path):
         labels = np.asarray(Image.open(out / f"{stem}.png"))
         assert labels.dtype == np.uint8 and labels.shape == (32, 64)
         np.testing.assert_array_equal(labels, predictor.predict(str(image)).labels)
-        colours = np.asarray(Image.open(out / f"{stem}_color.png").convert("RGB"))
+        colours = np.asarray(Image.open(out / "color" / f"{stem}.png").convert("RGB"))
         np.testing.assert_array_equal(colours, predictor.loaded.palette[labels])
-        overlay = np.asarray(Image.open(out / f"{stem}_overlay.png")).astype(int)
+        overlay = np.asarray(Image.open(out / "overlay" / f"{stem}.png")).astype(int)
         pixels = np.asarray(Image.open(image).convert("RGB")).astype(int)
         assert np.abs(overlay - (pixels + colours) / 2).max() <= 1
     rows = (out / "predictions.csv").read_text().splitlines()
     assert rows[0] == "file,labels,shape,seconds,classes_present" and len(rows) == len(images) + 1
+    # a second predict into the same folder keeps the first one's rows; rewritten outputs replace theirs
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "extra.png").write_bytes(images[0].read_bytes())
+    assert _run(["predict", str(seg_run), str(other), "--out", str(out), "--no-progress"]) == 0
+    assert len((out / "predictions.csv").read_text().splitlines()) == len(images) + 2
+    assert _run(["predict", str(seg_run), str(other), "--out", str(out), "--overwrite", "--no-progress"]) == 0
+    assert len((out / "predictions.csv").read_text().splitlines()) == len(images) + 2
 
 
 def test_nothing_is_overwritten_without_overwrite(seg_run, tmp_path, capsys):
@@ -123,22 +131,24 @@ def test_a_bad_file_stops_with_one_line_or_is_skipped_with_keep_going(seg_run, t
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "args, message, exit_code",
     [
-        (["nothing/here*.png"], "no such file, folder or matching glob"),
-        (["--scales", "1,x"], "--scales takes numbers"),
-        (["--scales", "0"], "scales must be numbers in (0, 8]"),
-        (["--probabilities", "nifti"], "--probabilities nifti is for volumes"),
-        (["--device", "tpu"], "--device must be cpu or cuda"),
+        (["nothing/here*.png"], "no such file, folder or matching glob", 1),
+        (["nothing/here.png"], "input 'nothing/here.png' does not exist", 2),
+        (["--scales", "1,x"], "--scales takes numbers", 2),
+        (["--scales", "0"], "--scales takes numbers in [0.125, 8]", 2),
+        (["--scales", "0,1"], "--scales takes numbers in [0.125, 8]", 2),
+        (["--probabilities", "nifti"], "--probabilities nifti is for volumes", 2),
+        (["--device", "tpu"], "--device must be cpu or cuda", 2),
     ],
 )
-def test_bad_predict_arguments_give_one_line(seg_run, tmp_path, capsys, args, message):
+def test_bad_predict_arguments_give_one_line(seg_run, tmp_path, capsys, args, message, exit_code):
     image = str(_val_images(seg_run)[0])
-    inputs = [a for a in args if not a.startswith("-") and "*" in a] or [image]
+    inputs = [a for a in args if not a.startswith("-") and "/" in a] or [image]
     options = [a for a in args if a not in inputs]
     code = _run(["predict", str(seg_run), *inputs, "--out", str(tmp_path / "o"), "--no-progress", *options])
     err = capsys.readouterr().err.strip()
-    assert code == 1 and err.startswith("error: ") and message in err and "\n" not in err
+    assert code == exit_code and err.startswith("error: ") and message in err and "\n" not in err
 
 
 def test_a_volume_file_given_to_a_2d_model_is_named(seg_run, tmp_path):
@@ -170,8 +180,19 @@ def test_predictor_refuses_bad_options(seg_run):
     loaded = load_model(seg_run)
     with pytest.raises(ConfigError, match="tta must be 'flip'"):
         Predictor(loaded, tta="rotate")
-    with pytest.raises(ConfigError, match="window must be auto, on or off"):
+    with pytest.raises(ConfigError, match="window must be 'auto', 'on' or 'off'"):
         Predictor(loaded, window="sometimes")
+    cases = [
+        ({"scales": "1"}, r"scales must be a non-empty sequence of numbers such as \(0.75, 1.0, 1.25\), got '1'"),
+        ({"scales": [1e-6]}, r"scales must be numbers in \[0.125, 8\], got 1e-06"),
+        ({"scales": [True]}, r"scales must be numbers in \[0.125, 8\], got True"),
+        ({"window_batch": -1}, "window_batch must be a whole number >= 1"),
+        ({"overlap": 1.0}, r"overlap must be a number in \[0, 1\), got 1.0"),
+        ({"device": "tpu"}, "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'tpu'"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            Predictor(loaded, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +239,7 @@ def test_mni152_through_a_3d_run_keeps_the_source_grid(volume_run, tmp_path):
     assert written.get_data_dtype() == np.uint8
     labels = np.asarray(written.dataobj)
     assert set(np.unique(labels)) <= {0, 1, 2, 3}
-    probabilities = nib.load(str(out / "mni_probabilities.nii.gz"))
+    probabilities = nib.load(str(out / "probabilities" / "mni.nii.gz"))
     assert probabilities.shape == (*original.shape, 4) and probabilities.get_data_dtype() == np.float32
     np.testing.assert_array_equal(np.asarray(probabilities.dataobj).argmax(-1), labels)
 

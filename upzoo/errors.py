@@ -16,6 +16,7 @@ __all__ = [
     "ShapeError",
     "DataError",
     "TrainingError",
+    "UsageError",
     "did_you_mean",
     "one_line",
 ]
@@ -39,6 +40,10 @@ class ShapeError(UpzooError, ValueError):
 
 class DataError(UpzooError, ValueError):
     """A dataset file or folder (or a checkpoint) is missing, unreadable, corrupt or inconsistent."""
+
+
+class UsageError(UpzooError, ValueError):
+    """A command-line value that does not parse or is out of range (exit code 2, like click's)."""
 
 
 class TrainingError(UpzooError, RuntimeError):

@@ -38,7 +38,13 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
     load_weights(model, state["model"], checkpoint, saved_spec=state["model_spec"])
     device = pick_device(recipe.train.device)
     model.to(device)
-    prepared = prepare(replace(recipe, model=spec))  # the data, checked against the checkpoint's model
+    try:
+        prepared = prepare(replace(recipe, model=spec))  # the data, checked against the checkpoint's model
+    except ConfigError as exc:
+        raise ConfigError(
+            f"checkpoint {checkpoint} does not fit this recipe's data ({str(exc).split('; set ')[0]}): it was "
+            f"trained with another recipe; evaluate a checkpoint of this recipe, or pass the checkpoint's run folder"
+        ) from None
     bundle, num_classes = prepared.data, prepared.num_classes
     metrics, _ = evaluate_segmentation(
         model,

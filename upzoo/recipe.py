@@ -24,6 +24,7 @@ __all__ = [
     "apply_overrides",
     "parse_recipe",
     "recipe_json_schema",
+    "check_model_builds",
 ]
 
 
@@ -116,13 +117,13 @@ def parse_recipe(data: Any, source: str | None = None) -> Recipe:
             source=source,
         )
         _check_model_fits_data(recipe)
-        _check_model_builds(recipe.model)
+        check_model_builds(recipe.model)
     except ConfigError as exc:
         raise ConfigError(f"{where}{exc}") from None
     return recipe
 
 
-def _check_model_builds(spec: ModelSpec) -> None:
+def check_model_builds(spec: ModelSpec) -> None:
     """Build the model on the meta device (no memory, no weights), so that its constructor's range
     checks (``num_classes`` >= 1, positive channels, ...) refuse a bad recipe when it is loaded."""
     import warnings
@@ -173,13 +174,11 @@ def recipe_json_schema() -> dict[str, Any]:
         model_config = ConfigDict(extra="forbid", title="upzoo recipe")
         model: dict[str, Any] = Field(
             description="architecture plus the keyword arguments of its constructor (see docs/recipes.md)",
-            json_schema_extra={
-                "properties": {"architecture": {"enum": list(ARCHITECTURES)}},
-                "required": ["architecture"],
-            },
+            json_schema_extra={"properties": {"architecture": {"enum": list(ARCHITECTURES), "default": "unet"}}},
         )
         data: DataConfig = Field(default_factory=DataConfig)
         train: TrainConfig = Field(default_factory=TrainConfig)
         eval: EvalConfig = Field(default_factory=EvalConfig)
 
-    return RecipeSchema.model_json_schema()
+    schema = RecipeSchema.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

@@ -35,8 +35,29 @@ Fraction = _float(ge=0, lt=1)
 Size = Annotated[tuple[PositiveInt, ...], Field(min_length=2, max_length=3)]
 
 
+MAX_SEED = 2**63 - 1
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+
+
+def _holds_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    return isinstance(value, (list, tuple)) and any(_holds_bool(v) for v in value)
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _booleans_are_not_numbers(cls, data: Any) -> Any:
+        """``lr: true`` is a mistake, not 1.0: a boolean only where the key takes one."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key)
+                if field is not None and "bool" not in str(field.annotation) and _holds_bool(value):
+                    raise ValueError(f"{key}: expected {_describe(field.annotation)}, got {value!r} (a boolean)")
+        return data
 
 
 class DataConfig(_Section):
@@ -59,7 +80,7 @@ class DataConfig(_Section):
     synthetic_val: PositiveInt = 16
     synthetic_size: Size | None = None
     synthetic_spacing: tuple[PositiveFloat, PositiveFloat, PositiveFloat] = (5.0, 0.8, 0.8)
-    synthetic_seed: NonNegativeInt = 0
+    synthetic_seed: Seed = 0
     crop_size: Size | None = None
     resize: tuple[PositiveInt, PositiveInt] | None = None
     augment: bool = True
@@ -117,7 +138,7 @@ class TrainConfig(_Section):
     amp: Literal["none", "bf16", "fp16"] = "none"
     channels_last: bool = False
     grad_clip: PositiveFloat | None = None
-    seed: NonNegativeInt = 0
+    seed: Seed = 0
     deterministic: bool = False
     val_every: PositiveInt | None = None
     log_every: PositiveInt = 10
@@ -208,3 +229,12 @@ def validate_section(model: type[BaseModel], data: Any, section: str) -> Any:
         return model.model_validate(data)
     except ValidationError as exc:
         raise config_error(exc, section, model) from None
+
+
+def _describe(annotation: Any) -> str:
+    text = str(annotation)
+    for word, meaning in (("tuple", "a list of numbers"), ("float", "a number"), ("int", "a whole number"),
+                          ("str", "text")):  # fmt: skip
+        if word in text:
+            return meaning
+    return "a value of another type"

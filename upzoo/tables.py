@@ -25,8 +25,9 @@ def _cell(value: Any) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    """Plain JSON data: NaN and infinities become ``None`` (JSON has no such numbers), tuples
-    lists, tensors and NumPy scalars numbers, anything else its ``str``."""
+    """Plain JSON data: NaN becomes ``None`` and infinities the strings ``"inf"`` / ``"-inf"`` (JSON
+    has no such numbers; ``float()`` reads those strings back), tuples lists, tensors and NumPy
+    scalars numbers, anything else its ``str``."""
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -36,16 +37,19 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # 0-d tensors, NumPy scalars
         value = value.item()
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        if math.isnan(value):
+            return None
+        return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
     return value if isinstance(value, (bool, int, str)) else str(value)
 
 
 def to_json(value: Any, *, indent: int | None = 2) -> str:
     """Valid JSON text for results: an undefined metric (NaN, e.g. the IoU of a class absent from
-    both prediction and ground truth) is written as ``null``.
+    both prediction and ground truth) is written as ``null``, an infinite one (the HD95 of a class
+    missed entirely) as the string ``"inf"``.
 
-    >>> to_json({"miou": float("nan"), "shape": (1, 3)}, indent=None)
-    '{"miou": null, "shape": [1, 3]}'
+    >>> to_json({"miou": float("nan"), "hd95": float("inf"), "shape": (1, 3)}, indent=None)
+    '{"miou": null, "hd95": "inf", "shape": [1, 3]}'
     """
     return json.dumps(_jsonable(value), indent=indent, allow_nan=False)
 

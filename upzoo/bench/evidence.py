@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from upzoo.errors import ConfigError
+from upzoo.errors import ConfigError, UpzooError
 
 __all__ = ["Variant", "parse_variants", "seed_interval", "paired_difference", "interleaved_fps", "THIN_CLASSES"]
 
@@ -144,6 +144,22 @@ QUALITY_2D = ("miou", "boundary_iou", "boundary_fscore", "thin_iou")
 QUALITY_3D = ("mean_dice", "hd95", "surface_dice", "miou")
 
 
+def check_variants(recipe: Any, variants: Sequence[Variant]) -> None:
+    """Build every variant's model on the meta device before anything trains, so that a bad
+    option of the last variant is reported before the first one spends hours.
+
+    Raises:
+        ConfigError: naming the variant and its problem.
+    """
+    from upzoo.recipe import check_model_builds
+
+    for variant in variants:
+        try:
+            check_model_builds(_variant_recipe(recipe, variant, recipe.train.seed).model)
+        except UpzooError as exc:
+            raise ConfigError(f"variant {variant.label!r}: {exc}") from None
+
+
 def _variant_recipe(recipe: Any, variant: Variant, seed: int) -> Any:
     from dataclasses import replace
 
@@ -157,41 +173,58 @@ def _variant_recipe(recipe: Any, variant: Variant, seed: int) -> Any:
 
 
 def _quality(val: dict[str, Any], keys: Sequence[str], class_names: Sequence[str] | None) -> dict[str, float]:
-    # a reused summary.json holds NaN as null
+    # a reused summary.json holds NaN as null and infinities as "inf"
     values = {key: math.nan if val.get(key) is None else float(val[key]) for key in keys if key != "thin_iou"}
     if "thin_iou" in keys:
-        names = list(class_names or [])
-        thin = [val["per_class_iou"][names.index(c)] for c in THIN_CLASSES if c in names]
-        thin = [v for v in thin if v is not None and math.isfinite(v)]
+        per_class = val.get("per_class_iou") or {}
+        if isinstance(per_class, list):  # summaries written before per-class values were keyed by name
+            per_class = dict(zip(class_names or [], per_class))
+        thin = [per_class[c] for c in THIN_CLASSES if c in per_class]
+        thin = [float(v) for v in thin if v is not None and math.isfinite(float(v))]
         values["thin_iou"] = statistics.fmean(thin) if thin else math.nan
     return values
 
 
-def _finished(folder: Path, prepared: Any) -> dict[str, Any] | None:
-    """The summary of a training this comparison already finished in ``folder`` with the same recipe
-    (so an interrupted ``bench compare`` continues where it stopped), else ``None``."""
+def _finished(folder: Path, prepared: Any) -> tuple[str, dict[str, Any] | None]:
+    """What ``folder`` holds for this cell: ``("done", summary)`` — a training of the same recipe
+    finished there (so an interrupted ``bench compare`` continues where it stopped) —,
+    ``("resume", None)`` — one that was interrupted —, or ``("new", None)``.
+
+    Raises:
+        ConfigError: the folder holds a run of another recipe, or a damaged one; naming it.
+    """
     import json
 
+    from upzoo.config import read_yaml_file
     from upzoo.recipe import plain
 
     summary, recipe = folder / "summary.json", folder / "recipe.yaml"
-    if not (summary.is_file() and recipe.is_file()):
-        return None
-    from upzoo.config import read_yaml_file
-
+    if not recipe.is_file() or not (folder / "last.pt").is_file():
+        return "new", None
     expected = plain({**prepared.recipe.to_dict(), "model": prepared.model_dict()})
-    done = json.loads(summary.read_text())
-    if read_yaml_file(recipe) != expected or done.get("interrupted"):
-        return None
+    stored = read_yaml_file(recipe, "run recipe")
+    if stored != expected:
+        section = next((k for k in ("model", "data", "train", "eval") if stored.get(k) != expected.get(k)), "model")
+        raise ConfigError(
+            f"{folder} holds a run of another recipe ({section} differs); move it away or compare into another --out"
+        )
+    try:
+        done = json.loads(summary.read_text()) if summary.is_file() else None
+    except (OSError, ValueError):
+        done = None  # a summary cut short: the run is continued from last.pt and writes it again
+    if not isinstance(done, dict) or done.get("interrupted") or not isinstance(done.get("val"), dict):
+        return "resume", None
     missing = {k: v for k, v in _last_evaluation(folder / "metrics.csv").items() if done["val"].get(k) is None}
-    done["val"].update(missing)  # JSON holds inf (a missed class) as null; metrics.csv keeps it
-    return done
+    done["val"].update(missing)  # older summaries hold inf (a missed class) as null; metrics.csv keeps it
+    return "done", done
 
 
 def _last_evaluation(path: Path) -> dict[str, float]:
     """The ``val_*`` values of the last evaluation row of ``metrics.csv`` (where inf stays inf)."""
     import csv
 
+    if not path.is_file():
+        return {}
     with open(path, newline="") as f:
         rows = [row for row in csv.DictReader(f) if row.get("val_miou")]
     last = rows[-1] if rows else {}
@@ -211,9 +244,11 @@ def train_seeds(recipe: Any, variant: Variant, seeds: Sequence[int], out: Path, 
         prepared = prepare(_variant_recipe(recipe, variant, seed))
         keys = QUALITY_3D if prepared.recipe.data.kind == "volumes" else QUALITY_2D
         folder = out / variant.label.replace(" ", "_").replace("=", "-") / f"seed{seed}"
-        summary = _finished(folder, prepared)
+        state, summary = _finished(folder, prepared)
         if summary is None:
-            summary = Trainer(make_task(prepared), folder, progress=False).fit()
+            summary = Trainer(make_task(prepared), folder, resume=state == "resume", progress=False).fit()
+        if summary.get("interrupted"):  # Ctrl-C: last.pt is written; the next bench compare continues it
+            raise KeyboardInterrupt
         per_seed.append(_quality(summary.get("val") or {}, keys, prepared.data.class_names))
         tick()
     return per_seed, prepared
@@ -253,6 +288,7 @@ def compare_upsamplers(
     if not 0 <= baseline < len(variants):
         raise ConfigError(f"the baseline must be one of the {len(variants)} variants, got index {baseline}")
     seed_list = [recipe.train.seed + k for k in range(seeds)]
+    check_variants(recipe, variants)
     bar = tqdm(total=len(variants) * seeds, desc="trainings", unit="run", disable=not progress)
     results, specs = {}, {}
     for variant in variants:

@@ -14,7 +14,7 @@ import click
 
 from upzoo.cli import bench, recipe, shapes, train, use  # noqa: F401  (registers the commands)
 from upzoo.cli.group import cli
-from upzoo.errors import UpzooError, one_line
+from upzoo.errors import UpzooError, UsageError, one_line
 
 __all__ = ["cli", "main"]
 
@@ -24,8 +24,14 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     click.echo(f"warning: {one_line(str(message))}", err=True)
 
 
+MAX_MESSAGE = 1000  # characters; a huge bad value is not echoed back whole
+
+
 def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {one_line(message)}", err=True)
+    line = one_line(message)
+    if len(line) > MAX_MESSAGE:
+        line = f"{line[: MAX_MESSAGE - 200]} ... ({len(line) - MAX_MESSAGE + 200:,} characters cut) ... {line[-150:]}"
+    click.echo(f"error: {line}", err=True)
     sys.exit(code)
 
 
@@ -43,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         _fail(exc.format_message(), exc.exit_code or 1)
     except UpzooError as exc:
-        _fail(str(exc), 1)
+        _fail(str(exc), 2 if isinstance(exc, UsageError) else 1)
     except MemoryError:
         _fail("out of memory: the input or model is too large for this machine; use a smaller size or batch", 1)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback

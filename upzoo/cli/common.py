@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from upzoo.errors import UpzooError
+from upzoo.errors import UsageError
 
 
 def parse_shape(text: str, what: str = "shape") -> tuple[int, ...]:
@@ -13,7 +13,7 @@ def parse_shape(text: str, what: str = "shape") -> tuple[int, ...]:
     except ValueError:
         values = ()
     if not values or any(v < 1 for v in values):
-        raise UpzooError(f"{what} must look like 1x3x512x1024 (positive ints joined by 'x'), got {text!r}")
+        raise UsageError(f"{what} must look like 1x3x512x1024 (positive ints joined by 'x'), got {text!r}")
     return values
 
 
@@ -21,7 +21,7 @@ def parse_scale(text: str) -> int | tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
-        raise UpzooError(f"--scale must be an int or comma-separated ints like 1,2,2, got {text!r}") from None
+        raise UsageError(f"--scale must be an int or comma-separated ints like 1,2,2, got {text!r}") from None
     return values[0] if len(values) == 1 else values
 
 
@@ -33,7 +33,7 @@ def parse_options(pairs: tuple[str, ...]) -> dict:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise UpzooError(f"options are key=value, got {pair!r}")
+            raise UsageError(f"options are key=value, got {pair!r}")
         options[key] = parse_yaml(value, f"-o {pair!r}")
     return options
 
@@ -56,9 +56,9 @@ def check_device(device: str) -> None:
     import torch
 
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise UpzooError(f"--device must be cpu or cuda, got {device!r}")
+        raise UsageError(f"--device must be cpu or cuda, got {device!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UpzooError("--device cuda: no CUDA device is available here; use --device cpu")
+        raise UsageError("--device cuda: no CUDA device is available here; use --device cpu")
 
 
 def emit_rows(rows: list[dict], columns: list[str], as_json: bool, as_csv: bool) -> None:

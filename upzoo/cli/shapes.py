@@ -6,7 +6,7 @@ import click
 
 from upzoo.cli.common import load_meta_model, parse_options, parse_scale, parse_shape
 from upzoo.cli.group import CONTEXT, cli
-from upzoo.errors import UpzooError
+from upzoo.errors import UpzooError, UsageError
 from upzoo.tables import to_json
 
 
@@ -35,7 +35,7 @@ def shapes_block(
 
     shape = parse_shape(input_shape, "--input")
     if len(shape) < 3:
-        raise UpzooError(f"--input needs (B, C, *spatial), got {input_shape!r}")
+        raise UsageError(f"--input needs (B, C, *spatial), got {input_shape!r}")
     info = upsampler_info(name)
     with torch.device("meta"):
         block = create_upsampler(
@@ -103,7 +103,7 @@ def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: in
     from upzoo.shapes import ShapeSolver
 
     if (size is None) == (size_range is None):
-        raise UpzooError("give exactly one of --size and --range")
+        raise UsageError("give exactly one of --size and --range")
     model = load_meta_model(recipe)
     if not hasattr(model, "encoder"):
         raise UpzooError(
@@ -130,9 +130,9 @@ def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: in
         try:
             low_i, high_i = int(low), int(high)
         except ValueError:
-            raise UpzooError(f"--range must look like 256:2048, got {size_range!r}") from None
+            raise UsageError(f"--range must look like 256:2048, got {size_range!r}") from None
         if not axis < solver.spatial_dims:
-            raise UpzooError(f"--axis must be in 0..{solver.spatial_dims - 1} for this model, got {axis}")
+            raise UsageError(f"--axis must be in 0..{solver.spatial_dims - 1} for this model, got {axis}")
         result["axis"], result["valid_sizes"] = axis, solver.valid_sizes(axis, low_i, high_i)
     if as_json:
         click.echo(to_json(result))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from upzoo.cli.common import default_run_dir
 from upzoo.cli.group import cli
-from upzoo.errors import UpzooError
+from upzoo.errors import UsageError
 from upzoo.tables import to_json
 
 
@@ -74,7 +75,7 @@ def train_command(
     from upzoo.train.resume import resume_recipe
 
     if recipe is None and resume_dir is None:
-        raise UpzooError("give a RECIPE to train, or --resume RUN_DIR to continue a run")
+        raise UsageError("give a RECIPE to train, or --resume RUN_DIR to continue a run")
     if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         out = resume_dir or out_dir or default_run_dir(recipe)
         args = ["train"] + ([recipe] if recipe else []) + [a for o in overrides for a in ("--set", o)]
@@ -114,26 +115,38 @@ def train_command(
 
 
 @cli.command("eval")
-@click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
+@click.argument("target", metavar="RUN_DIR_OR_RECIPE", type=click.Path(exists=True))
 @click.option(
     "--checkpoint",
-    required=True,
+    default=None,
     type=click.Path(exists=True, dir_okay=False),
-    help="A last.pt or best.pt of a run of this recipe.",
+    help="A last.pt or best.pt of a run of RECIPE [default with a run folder: its best.pt, else last.pt].",
 )
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a recipe value.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def eval_command(recipe: str, checkpoint: str, overrides: tuple[str, ...], as_json: bool) -> None:
-    """Evaluate a segmentation CHECKPOINT on RECIPE's validation split: per-class IoU and Dice, with
-    Boundary IoU and the boundary F-score (2D, 2 px) or HD95 and surface Dice (3D, 2 mm); their means
-    and the pixel accuracy."""
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (per-class values keyed by class).")
+def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Evaluate a segmentation run (a run folder: its recipe.yaml and best.pt, else last.pt) or a
+    --checkpoint of RECIPE on the validation split: per-class IoU and Dice, with Boundary IoU and the
+    boundary F-score (2D, 2 px) or HD95 and surface Dice (3D, 2 mm); their means and the pixel accuracy."""
     from upzoo.eval import evaluate_checkpoint
+    from upzoo.inference.loaded import find_checkpoint
     from upzoo.recipe import load_recipe
     from upzoo.tables import render_table
+    from upzoo.train.tasks import by_class_name
 
-    result = evaluate_checkpoint(load_recipe(recipe, overrides), checkpoint)
+    if Path(target).is_dir():
+        recipe = load_recipe(Path(target) / "recipe.yaml", overrides)
+        checkpoint = checkpoint or str(find_checkpoint(target))
+    elif checkpoint is None:
+        raise click.UsageError("evaluating a RECIPE needs --checkpoint (or pass a run folder instead)")
+    else:
+        recipe = load_recipe(target, overrides)
+    result = evaluate_checkpoint(recipe, checkpoint)
     if as_json:
-        click.echo(to_json(result))
+        names = result["class_names"]
+        click.echo(
+            to_json({k: by_class_name(v, names) if k.startswith("per_class_") else v for k, v in result.items()})
+        )
         return
     extra_columns = {  # what the result has: Boundary IoU and F-score (2D), HD95 and surface Dice (3D)
         "boundary_iou": "Boundary IoU",

@@ -8,7 +8,7 @@ import click
 
 from upzoo.cli.common import check_device
 from upzoo.cli.group import cli
-from upzoo.errors import UpzooError
+from upzoo.errors import UpzooError, UsageError
 from upzoo.tables import to_json
 
 RUN = click.argument("run", metavar="RUN_DIR_OR_CHECKPOINT", type=click.Path(exists=True))
@@ -25,9 +25,19 @@ def _device(device: str) -> str:
 
 def _scales(text: str) -> tuple[float, ...]:
     try:
-        return tuple(float(s) for s in text.split(","))
+        scales = tuple(float(s) for s in text.split(","))
     except ValueError:
-        raise UpzooError(f"--scales takes numbers separated by commas, e.g. 0.75,1,1.25; got {text!r}") from None
+        scales = ()
+    if not scales or not all(0.125 <= s <= 8 for s in scales):
+        raise UsageError(f"--scales takes numbers in [0.125, 8] separated by commas, e.g. 0.75,1,1.25; got {text!r}")
+    return scales
+
+
+def _check_inputs_exist(inputs: tuple[str, ...]) -> None:
+    """A named input that is neither a file, a folder nor a glob pattern is a usage error."""
+    for item in inputs:
+        if not any(c in item for c in "*?[") and not Path(item).exists():
+            raise UsageError(f"input {item!r} does not exist (give files, folders, globs or a dataset.json)")
 
 
 @cli.command("predict")
@@ -69,10 +79,11 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     from upzoo.inference import Predictor, load_model
     from upzoo.inference.run import PredictOptions, predict_files
 
+    _check_inputs_exist(inputs)
     device = _device(device)
     loaded = load_model(run, device=device)
     if probabilities == "nifti" and not loaded.volumes:
-        raise UpzooError("--probabilities nifti is for volumes; use --probabilities npz for images")
+        raise UsageError("--probabilities nifti is for volumes; use --probabilities npz for images")
     predictor = Predictor(
         loaded,
         device=device,
@@ -102,7 +113,7 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
 @RUN
 @click.option("--num", type=click.IntRange(min=1, max=100000), default=64, help="How many images.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the PNGs.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, help="Seed of the latents.")
+@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=0, help="Seed of the latents.")
 @click.option("--device", default="auto", help="cpu, cuda or auto.")
 @click.option("--overwrite", is_flag=True, help="Replace images that already exist.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -121,15 +132,16 @@ def sample_command(run, num, out_dir, seed, device, overwrite, as_json) -> None:
 @click.option("--format", "fmt", type=click.Choice(["onnx", "exported-program"]), default="onnx", help="What to write.")
 @click.option("--out", "out_file", default=None, type=click.Path(dir_okay=False), help="[default: RUN/model.onnx|.pt2]")
 @click.option("--opset", type=click.IntRange(min=18, max=23), default=None, help="ONNX opset [default: exporter's].")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file (never a checkpoint).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def export_command(run, fmt, out_file, opset, as_json) -> None:
+def export_command(run, fmt, out_file, opset, overwrite, as_json) -> None:
     """Export a trained model with dynamic batch and spatial sizes (generators: the batch), verified:
     the written file runs at three sizes (one off the model's size grid) and must match PyTorch
     within 1e-4, else nothing is written and the block that fails is named."""
     from upzoo.inference import load_model
     from upzoo.inference.export import export_model
 
-    report = export_model(load_model(run), fmt, out_file, opset=opset)
+    report = export_model(load_model(run), fmt, out_file, opset=opset, overwrite=overwrite)
     if as_json:
         click.echo(to_json(report))
         return

@@ -9,7 +9,6 @@ typical scan comes first and its spacing is ``spacing[0]`` (``5.0`` in a 5.0 x 0
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from torch.utils.data import Dataset
 from upzoo.data.decathlon import read_dataset_json, resolve_inside
 from upzoo.data.seeding import reseed
 from upzoo.errors import DataError
+from upzoo.runtime import atomic_write
 
 __all__ = [
     "read_volume",
@@ -75,7 +75,20 @@ def read_volume(path: str | Path) -> tuple[np.ndarray, tuple[float, ...]]:
         raise DataError(f"{path}: unreadable or truncated volume ({type(exc).__name__}: {exc})") from None
     if array.ndim not in (3, 4):
         raise DataError(f"{path}: expected a 3D volume (or 4D with channels), got shape {array.shape}")
-    return np.ascontiguousarray(array, dtype=np.float32), tuple(spacing)
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    refuse_non_finite(array, path)
+    return array, tuple(spacing)
+
+
+def refuse_non_finite(array: np.ndarray, path: str | Path) -> None:
+    """Raise ``DataError`` naming ``path`` and the count when ``array`` holds NaN or inf: they would
+    make every probability NaN and every label class 0."""
+    bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+    if bad:
+        raise DataError(
+            f"{path}: {bad} of {array.size} voxels are NaN or infinite; replace them (e.g. numpy.nan_to_num) "
+            f"before training or predicting"
+        )
 
 
 def write_nifti(path: str | Path, array: np.ndarray, spacing: Sequence[float]) -> None:
@@ -88,9 +101,7 @@ def write_nifti(path: str | Path, array: np.ndarray, spacing: Sequence[float]) -
     affine = np.diag([*reversed([float(s) for s in spacing]), 1.0])
     image = nib.Nifti1Image(xyz, affine)
     image.header.set_zooms(tuple(reversed([float(s) for s in spacing])))
-    tmp = path.with_name(f".tmp-{path.name}")
-    nib.save(image, str(tmp))
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: nib.save(image, str(tmp)))
 
 
 @dataclass(frozen=True)
@@ -272,10 +283,16 @@ class VolumeDataset(Dataset):
                 f"{case.label}: label shape {label.shape} does not match image {case.image} {image.shape[1:]}"
             )
         classes = self.num_classes or 256
-        if label.min() < 0 or label.max() >= classes or np.any(label != np.round(label)):
+        fractional = label[label != np.round(label)]
+        if fractional.size:
             raise DataError(
-                f"{case.label}: labels must be whole numbers in 0..{classes - 1} (the classes of "
-                f"dataset.json or model.num_classes), got values in {label.min():g}..{label.max():g}"
+                f"{case.label}: labels must be whole numbers, got {fractional.size} voxel(s) like "
+                f"{float(fractional.flat[0]):g}; save the label map with integer class indices"
+            )
+        if label.min() < 0 or label.max() >= classes:
+            raise DataError(
+                f"{case.label}: labels must be in 0..{classes - 1} (the classes of dataset.json or "
+                f"model.num_classes), got values in {label.min():g}..{label.max():g}"
             )
         image = np.stack([normalize_intensity(c, self.normalize, self.ct_window) for c in image]).astype(np.float32)
         return image, label.astype(np.uint8 if classes <= 256 else np.int64), self.spacing_override or spacing

@@ -572,6 +572,13 @@ def _check_tensors(x: torch.Tensor, mask: torch.Tensor | None, soft: float | Non
             raise ShapeError(f"mask of shape {tuple(mask.shape)} does not broadcast to the input {tuple(x.shape)}")
         if mask.dtype != torch.bool and not mask.is_floating_point():
             raise ConfigError(f"mask must be bool (hard) or floating (blend weights), got {mask.dtype}")
+        if mask.is_floating_point() and mask.numel() and not torch.compiler.is_compiling():
+            low, high = torch.aminmax(mask.detach())
+            if not (bool(torch.isfinite(low)) and bool(torch.isfinite(high)) and low >= 0 and high <= 1):
+                raise ConfigError(
+                    f"a float mask holds blend weights in [0, 1], got values in [{float(low):.4g}, {float(high):.4g}]"
+                    f"{' (NaN)' if bool(torch.isnan(mask).any()) else ''}; clamp or rescale it"
+                )
         if soft is not None:
             raise ConfigError(
                 "soft applies to the threshold; with a mask, pass float blend weights as the mask instead"

@@ -18,8 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from upzoo.errors import ConfigError, UpzooError
+from upzoo.errors import ConfigError, DataError, UpzooError
 from upzoo.inference.loaded import LoadedModel
+from upzoo.runtime import write_error
 
 __all__ = ["ExportError", "export_model", "check_sizes", "TOLERANCE"]
 
@@ -193,8 +194,25 @@ def _runner(fmt: str, path: Path):
 FORMATS = ("onnx", "exported-program")
 
 
+def _check_target(out: Path, fmt: str, overwrite: bool) -> None:
+    """An export goes to a file of its own kind: never over a checkpoint, over an existing file
+    only with ``overwrite``."""
+    suffix = ".onnx" if fmt == "onnx" else ".pt2"
+    if out.suffix.lower() != suffix:
+        raise ConfigError(f"an {fmt} export is written to a {suffix} file, got {out}; name the file *{suffix}")
+    if out.is_dir():
+        raise ConfigError(f"{out} is a folder; --out takes the file to write, e.g. {out / ('model' + suffix)}")
+    if out.exists() and not overwrite:
+        raise DataError(f"{out} already exists; pass --overwrite to replace it or choose another --out")
+
+
 def export_model(
-    loaded: LoadedModel, fmt: str = "onnx", out: str | Path | None = None, *, opset: int | None = None
+    loaded: LoadedModel,
+    fmt: str = "onnx",
+    out: str | Path | None = None,
+    *,
+    opset: int | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Export ``loaded.model`` (float32, CPU, eval) to ``out`` and verify it; returns the report
     ``{path, format, checks: [{input, max_abs_diff, ok}], seconds, bytes}``.
@@ -209,7 +227,11 @@ def export_model(
     start = time.perf_counter()
     model = loaded.model.float().cpu().eval()
     out = Path(out) if out is not None else _default_out(loaded, fmt)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    _check_target(out, fmt, overwrite)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(out, exc) from None
     shapes = check_sizes(loaded)
     example = torch.randn(shapes[0], generator=torch.Generator().manual_seed(1))
     tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
@@ -217,7 +239,7 @@ def export_model(
         try:
             _write(fmt, model, example, tmp, opset)
             checks = _verify(model, _runner(fmt, tmp), shapes)
-        except (ConfigError, ExportError):
+        except (ConfigError, ExportError, OSError):
             raise
         except Exception as exc:
             where = _culprit(model, example, fmt, out.parent)
@@ -230,7 +252,12 @@ def export_model(
                 f"the {fmt} export of {type(model).__name__} differs from PyTorch by {bad[0]['max_abs_diff']:.3g} at "
                 f"input {bad[0]['input']} (limit {TOLERANCE:g}){'; ' + where if where else ''}; nothing was written"
             )
-        os.replace(tmp, out)
+        try:
+            os.replace(tmp, out)
+        except OSError as exc:
+            raise write_error(out, exc) from None
+    except OSError as exc:  # writing the temporary file: a full or read-only disk, not a block
+        raise write_error(out, exc) from None
     finally:
         tmp.unlink(missing_ok=True)
     return {

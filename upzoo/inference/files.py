@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,9 +13,18 @@ from typing import Any
 
 import numpy as np
 
+from upzoo.data.io import read_image
 from upzoo.errors import DataError
 
-__all__ = ["InputFile", "expand_inputs", "read_input", "output_paths", "IMAGE_SUFFIXES", "VOLUME_SUFFIXES"]
+__all__ = [
+    "InputFile",
+    "expand_inputs",
+    "named_inputs",
+    "read_input",
+    "output_paths",
+    "IMAGE_SUFFIXES",
+    "VOLUME_SUFFIXES",
+]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
 VOLUME_SUFFIXES = (".nii", ".nii.gz", ".npy")
@@ -49,42 +57,46 @@ def _dataset_json(path: Path) -> list[Path]:
     return [(path.parent / (item if isinstance(item, str) else item.get("image", ""))).resolve() for item in listing]
 
 
-def expand_inputs(inputs: Sequence[str | Path], *, volumes: bool) -> list[Path]:
+def expand_inputs(inputs: Sequence[str | Path], *, volumes: bool, exclude: Path | None = None) -> list[Path]:
     """The files named by files, folders (their images or volumes, sorted, subfolders included), globs
-    and ``dataset.json``.
+    and ``dataset.json``; files below ``exclude`` (the output folder) are left out of folders.
 
     Raises:
         DataError: a name that matches nothing, or nothing to predict at all.
     """
+    return [path for path, _ in named_inputs(inputs, volumes=volumes, exclude=exclude)]
+
+
+def named_inputs(inputs: Sequence[str | Path], *, volumes: bool, exclude: Path | None = None) -> list[tuple[Path, str]]:
+    """Like :func:`expand_inputs`, each file with the name its outputs get: a folder's files keep
+    their path below the folder (``city/x``), other files their stem (``x``)."""
     suffixes = VOLUME_SUFFIXES if volumes else IMAGE_SUFFIXES
-    found: list[Path] = []
+    skip = exclude.resolve() if exclude is not None else None
+    found: list[tuple[Path, str]] = []
     for item in inputs:
         path = Path(item)
         if path.name == "dataset.json" and path.is_file():
-            found += _dataset_json(path)
+            found += [(p, _stem(Path(p.name))) for p in _dataset_json(path)]
         elif path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.is_file() and _suffix(p) in suffixes)
+            if skip is not None and path.resolve().is_relative_to(skip):
+                raise DataError(
+                    f"--out {exclude} holds the input folder {path}; predictions must not be written among their "
+                    f"inputs: choose another --out"
+                )
+            files = sorted(p for p in path.rglob("*") if p.is_file() and _suffix(p) in suffixes)
+            files = [p for p in files if skip is None or not p.resolve().is_relative_to(skip)]
+            found += [(p, _stem(p.relative_to(path))) for p in files]
         elif path.exists():
-            found.append(path)
+            found.append((path, _stem(Path(path.name))))
         else:
             matches = sorted(Path(p) for p in glob.glob(str(item), recursive=True) if Path(p).is_file())
             if not matches:
                 raise DataError(f"{item}: no such file, folder or matching glob")
-            found += matches
+            found += [(p, _stem(Path(p.name))) for p in matches]
     if not found:
         kinds = "volumes (.nii, .nii.gz, .npy)" if volumes else "images (" + ", ".join(IMAGE_SUFFIXES) + ")"
         raise DataError(f"no {kinds} found in {', '.join(map(str, inputs))}")
     return found
-
-
-def _read_image(path: Path, channels: int) -> np.ndarray:
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as image:
-            return np.array(image.convert("RGB" if channels == 3 else "L" if channels == 1 else image.mode))
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable image ({type(exc).__name__}: {exc})") from None
 
 
 def _read_nifti(path: Path) -> InputFile:
@@ -97,6 +109,9 @@ def _read_nifti(path: Path) -> InputFile:
         raise DataError(f"{path}: unreadable or truncated volume ({type(exc).__name__}: {exc})") from None
     if array.ndim not in (3, 4):
         raise DataError(f"{path}: expected a 3D volume (or 4D with channels last), got shape {array.shape}")
+    from upzoo.data.volumes import refuse_non_finite
+
+    refuse_non_finite(array, path)
     zooms = tuple(float(f"{float(z):.6g}") for z in image.header.get_zooms()[:3])
     order = (2, 1, 0) if array.ndim == 3 else (3, 2, 1, 0)  # (x, y, z[, c]) -> ([c,] z, y, x)
     array = np.ascontiguousarray(array.transpose(order))
@@ -123,36 +138,32 @@ def read_input(path: str | Path, *, volumes: bool, channels: int) -> InputFile:
         return _read_nifti(path)
     if suffix in VOLUME_SUFFIXES:
         raise DataError(f"{path}: a 2D model predicts images ({', '.join(IMAGE_SUFFIXES)}), got a volume")
-    return InputFile(path, _read_image(path, channels))
+    return InputFile(path, read_image(path, channels))
 
 
 def _stem(path: Path) -> str:
+    """The path without its image or volume suffix, as a POSIX name (``city/x``)."""
     name = path.name
     for suffix in (".nii.gz", *VOLUME_SUFFIXES, *IMAGE_SUFFIXES):
         if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return path.stem
-
-
-def output_paths(path: Path, out: Path, *, volumes: bool, overlay: bool, probabilities: str | None) -> dict[str, Path]:
-    """Where the outputs of input ``path`` go: ``labels`` (and ``color``, ``overlay``, ``probabilities``)."""
-    stem = _stem(path)
-    if volumes:
-        paths = {"labels": out / f"{stem}.nii.gz"}
+            name = name[: -len(suffix)]
+            break
     else:
-        paths = {"labels": out / f"{stem}.png", "color": out / f"{stem}_color.png"}
+        name = path.stem
+    return (path.parent / name).as_posix()
+
+
+def output_paths(name: str, out: Path, *, volumes: bool, overlay: bool, probabilities: str | None) -> dict[str, Path]:
+    """Where the outputs of the input named ``name`` (see :func:`named_inputs`) go: the labels
+    ``OUT/name.png`` (``.nii.gz``), and each other kind in a folder of its own: ``OUT/color/name.png``,
+    ``OUT/overlay/name.png``, ``OUT/probabilities/name.npz`` (``.nii.gz``)."""
+    if volumes:
+        paths = {"labels": out / f"{name}.nii.gz"}
+    else:
+        paths = {"labels": out / f"{name}.png", "color": out / "color" / f"{name}.png"}
         if overlay:
-            paths["overlay"] = out / f"{stem}_overlay.png"
+            paths["overlay"] = out / "overlay" / f"{name}.png"
     if probabilities:
-        paths["probabilities"] = out / (f"{stem}_probabilities.nii.gz" if probabilities == "nifti" else f"{stem}.npz")
+        suffix = ".nii.gz" if probabilities == "nifti" else ".npz"
+        paths["probabilities"] = out / "probabilities" / f"{name}{suffix}"
     return paths
-
-
-def atomic_write(path: Path, write) -> None:
-    """``write(tmp_path)`` then rename over ``path``: a reader never sees half a file."""
-    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -14,6 +14,7 @@ from torch import nn
 from upzoo.errors import DataError
 from upzoo.models import ModelSpec, build_model
 from upzoo.recipe import Recipe, parse_recipe
+from upzoo.runtime import resolve_device
 from upzoo.train.checkpoint import load_checkpoint, load_weights
 
 __all__ = ["LoadedModel", "load_model", "find_checkpoint"]
@@ -89,6 +90,9 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> Loade
     Raises:
         DataError: a missing, corrupt or foreign checkpoint, or weights that do not fit the spec.
     """
+    if not isinstance(path, (str, Path)) or not str(path):
+        raise DataError(f"load_model takes a run folder or checkpoint path, got {path!r} ({type(path).__name__})")
+    device = resolve_device(device, "device")
     checkpoint = find_checkpoint(path)
     state = load_checkpoint(checkpoint, purpose="using a trained model")
     kind = state.get("kind")

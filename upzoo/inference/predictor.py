@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.inference.loaded import LoadedModel
 from upzoo.inference.sliding_window import sliding_window_inference
+from upzoo.runtime import main_output, resolve_device
 from upzoo.train.common import autocast
 
 __all__ = ["Predictor", "Prediction", "Preprocess"]
@@ -61,28 +62,44 @@ class Preprocess:
         return self.volume(array) if self.volumes else self.image(array)
 
     def image(self, image: np.ndarray) -> torch.Tensor:
-        """``(H, W[, C])`` uint8 pixels -> ``(C, H', W')`` float32 as in training (resize, normalise)."""
+        """``(H, W[, C])`` pixels -> ``(C, H', W')`` float32 as in training (resize, normalise).
+        Pixels are uint8 (0..255), uint16 (0..65535) or float in [0, 1] (see :mod:`upzoo.data.io`).
+
+        Raises:
+            ShapeError: not ``(H, W)`` / ``(H, W, C)`` with the model's channel count.
+            DataError: another dtype, NaN/inf, or floats outside [0, 1].
+        """
+        from upzoo.data.io import pixels_to_unit
+
+        if not isinstance(image, np.ndarray):
+            raise ShapeError(f"expected an image as a NumPy array (H, W[, C]), got {type(image).__name__}")
         if image.ndim == 2:
             image = image[..., None]
-        if image.ndim != 3 or image.shape[2] != self.in_channels:
+        if image.ndim != 3 or image.shape[2] != self.in_channels or 0 in image.shape:
             raise ShapeError(
                 f"expected an image (H, W, {self.in_channels}) for a model with {self.in_channels} input channels, "
                 f"got shape {image.shape}"
             )
+        if image.dtype != np.uint8:  # uint8 stays uint8 until after the resize, exactly as in training
+            image = pixels_to_unit(image, f"image of dtype {image.dtype}")
         if self.resize is not None:  # as the training pipeline resizes (OpenCV, bilinear)
             import cv2
 
             image = cv2.resize(image, (self.resize[1], self.resize[0]), interpolation=cv2.INTER_LINEAR)
             image = image[..., None] if image.ndim == 2 else image
-        x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float() / 255.0
+        x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float()
+        x = x / 255.0 if image.dtype == np.uint8 else x
         if self.mean is not None:
             x = (x - torch.tensor(self.mean).view(-1, 1, 1)) / torch.tensor(self.std).view(-1, 1, 1)
         return x
 
     def volume(self, volume: np.ndarray) -> torch.Tensor:
         """``(D, H, W)`` or ``(C, D, H, W)`` intensities -> ``(C, D, H, W)`` normalised as in training."""
-        from upzoo.data.volumes import normalize_intensity
+        from upzoo.data.volumes import normalize_intensity, refuse_non_finite
 
+        if not isinstance(volume, np.ndarray) or not np.issubdtype(volume.dtype, np.number):
+            raise ShapeError(f"expected a volume as a numeric NumPy array (D, H, W), got {type(volume).__name__}")
+        refuse_non_finite(volume, "volume")
         if volume.ndim == 3:
             volume = volume[None]
         if volume.ndim != 4 or volume.shape[0] != self.in_channels:
@@ -94,8 +111,31 @@ class Preprocess:
         return torch.from_numpy(np.stack(channels).astype(np.float32))
 
 
-def _main_output(out) -> torch.Tensor:
-    return out[0] if isinstance(out, (list, tuple)) else out
+def _check_arguments(loaded, tta, scales, window, overlap, window_batch) -> None:
+    """The Predictor's arguments, checked once with the value named."""
+    if not isinstance(loaded, LoadedModel):
+        raise ConfigError(f"Predictor takes a LoadedModel (from upzoo.load_model), got {type(loaded).__name__}")
+    if loaded.task != "segmentation":
+        raise ConfigError(f"{loaded.checkpoint} is a {loaded.task} run; predict needs a segmentation run")
+    if tta not in (None, "none", "flip"):
+        raise ConfigError(f"tta must be 'flip' or None, got {tta!r}")
+    if isinstance(scales, (str, bytes)) or not isinstance(scales, Sequence) or not scales:
+        raise ConfigError(f"scales must be a non-empty sequence of numbers such as (0.75, 1.0, 1.25), got {scales!r}")
+    for s in scales:
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not (0.125 <= float(s) <= 8):
+            raise ConfigError(f"scales must be numbers in [0.125, 8], got {s!r} in {list(scales)!r}")
+    if window not in ("auto", "on", "off"):
+        raise ConfigError(f"window must be 'auto', 'on' or 'off', got {window!r}")
+    if loaded.volumes and tuple(float(s) for s in scales) != (1.0,):
+        raise ConfigError("multi-scale prediction is for 2D images; volumes run at their own spacing")
+    if overlap is not None and (
+        isinstance(overlap, bool) or not isinstance(overlap, (int, float)) or not 0 <= overlap < 1
+    ):
+        raise ConfigError(f"overlap must be a number in [0, 1), got {overlap!r}")
+    if window_batch is not None and (
+        isinstance(window_batch, bool) or not isinstance(window_batch, int) or window_batch < 1
+    ):
+        raise ConfigError(f"window_batch must be a whole number >= 1 (or None: the recipe's), got {window_batch!r}")
 
 
 class Predictor:
@@ -126,17 +166,8 @@ class Predictor:
         window_batch: int | None = None,
         probabilities: bool = False,
     ) -> None:
-        if loaded.task != "segmentation":
-            raise ConfigError(f"{loaded.checkpoint} is a {loaded.task} run; predict needs a segmentation run")
-        if tta not in (None, "none", "flip"):
-            raise ConfigError(f"tta must be 'flip' or none, got {tta!r}")
-        if not scales or any(not (0 < float(s) <= 8) for s in scales):
-            raise ConfigError(f"scales must be numbers in (0, 8], got {list(scales)!r}")
-        if window not in ("auto", "on", "off"):
-            raise ConfigError(f"window must be auto, on or off, got {window!r}")
-        if loaded.volumes and tuple(scales) != (1.0,):
-            raise ConfigError("multi-scale prediction is for 2D images; volumes run at their own spacing")
-        self.loaded, self.device = loaded, torch.device(device)
+        _check_arguments(loaded, tta, scales, window, overlap, window_batch)
+        self.loaded, self.device = loaded, resolve_device(device, "device")
         self.model = loaded.model.to(self.device).eval()
         self.amp, self.flip, self.scales = "bf16" if amp else "none", tta == "flip", tuple(float(s) for s in scales)
         self.window, self.keep_probabilities = window, probabilities
@@ -158,12 +189,12 @@ class Predictor:
         )
         with torch.no_grad(), autocast(self.amp, self.device):
             if not slide:
-                return _main_output(self.model(x)).float()
+                return main_output(self.model(x)).float()
             return torch.stack(
                 [
                     sliding_window_inference(
                         item,
-                        lambda b: _main_output(self.model(b)).float(),
+                        lambda b: main_output(self.model(b)).float(),
                         self.patch,
                         overlap=self.overlap,
                         batch_size=self.window_batch,
@@ -208,7 +239,18 @@ class Predictor:
         return self.predict_batch(x[None], size)[0]
 
     def predict_batch(self, x: torch.Tensor, size: Sequence[int]) -> list[Prediction]:
-        """Prepared inputs ``(N, C, *S)`` of one size -> one :class:`Prediction` each at ``size``."""
+        """Prepared inputs ``(N, C, *S)`` of one size -> one :class:`Prediction` each at ``size``.
+
+        Raises:
+            ShapeError: ``x`` or ``size`` of the wrong rank for this model.
+        """
+        dims = 3 if self.loaded.volumes else 2
+        if not isinstance(x, torch.Tensor) or x.ndim != dims + 2 or x.shape[1] != self.prepare.in_channels:
+            shown = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ShapeError(f"expected prepared inputs (N, {self.prepare.in_channels}, {dims} sizes), got {shown}")
+        size = tuple(size)
+        if len(size) != dims or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in size):
+            raise ShapeError(f"size must be {dims} positive whole numbers (the output size), got {size!r}")
         p = self._scores(x, size, probabilities=self.keep_probabilities).cpu()
         labels = p.max(1).indices.to(torch.uint8 if p.shape[1] <= 256 else torch.int32).numpy()  # max: 5x argmax
         probs = p.numpy() if self.keep_probabilities else None

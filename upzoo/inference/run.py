@@ -18,9 +18,10 @@ from torch.utils.data import DataLoader, Dataset
 
 from upzoo.data.loading import iterate_loader
 from upzoo.errors import DataError, UpzooError
-from upzoo.inference.files import InputFile, atomic_write, expand_inputs, output_paths, read_input
+from upzoo.inference.files import InputFile, named_inputs, output_paths, read_input
 from upzoo.inference.predictor import Prediction, Predictor, Preprocess
 from upzoo.inference.writers import default_palette, write_image_prediction, write_volume_prediction
+from upzoo.runtime import FolderLock, atomic_write, terminate_as_interrupt
 
 __all__ = ["PredictOptions", "predict_files"]
 
@@ -70,23 +71,32 @@ def _as_is(item: Any) -> Any:
     return item
 
 
-def _planned_outputs(paths: list[Path], options: PredictOptions, volumes: bool) -> list[dict[str, Path]]:
-    """Every input's outputs, refused up front if two inputs share a name or (without
-    ``overwrite``) a file is already there: nothing is written then."""
-    planned = [output_paths(p, options.out, volumes=volumes, **_kinds(options)) for p in paths]
+def _planned_outputs(named: list[tuple[Path, str]], options: PredictOptions, volumes: bool) -> list[dict[str, Path]]:
+    """Every input's outputs, refused up front (nothing is written then) if an input lies inside
+    ``--out``, two outputs share a path, or (without ``overwrite``) an output is already there."""
+    out = options.out.resolve()
+    for source, _ in named:
+        if source.resolve().is_relative_to(out):
+            raise DataError(
+                f"--out {options.out} holds the input {source}; predictions must not be written among their inputs: "
+                f"choose another --out"
+            )
+    planned = [output_paths(name, options.out, volumes=volumes, **_kinds(options)) for _, name in named]
     seen: dict[Path, Path] = {}
-    for source, outputs in zip(paths, planned):
-        target = outputs["labels"]
-        if target in seen:
-            raise DataError(f"{seen[target]} and {source} would both write {target}; predict them into separate --out")
-        seen[target] = source
+    for (source, _), outputs in zip(named, planned):
+        for target in outputs.values():
+            if target in seen:
+                raise DataError(
+                    f"{seen[target]} and {source} would both write {target}; rename one, or predict them into "
+                    f"separate --out folders (nothing was written)"
+                )
+            seen[target] = source
     if not options.overwrite:
         existing = [p for outputs in planned for p in outputs.values() if p.exists()]
-        existing += [options.out / "predictions.csv"] if (options.out / "predictions.csv").exists() else []
         if existing:
             raise DataError(
                 f"{existing[0]} already exists ({len(existing)} output files do); pass --overwrite to replace them "
-                f"or choose another --out"
+                f"or choose another --out (nothing was written)"
             )
     return planned
 
@@ -142,8 +152,7 @@ class _Writer:
 def _run_batch(predictor: Predictor, batch: list[dict], planned, writer: _Writer, summary: _Summary) -> None:
     start = time.perf_counter()
     items = [entry["input"] for entry in batch]
-    size = items[0].array.shape[-3:] if writer.volumes else items[0].array.shape[:2]
-    predictions = predictor.predict_batch(torch.stack([entry["x"] for entry in batch]), size)
+    predictions = predictor.predict_batch(torch.stack([entry["x"] for entry in batch]), batch[0]["size"])
     seconds = (time.perf_counter() - start) / len(batch)
     for entry, item, prediction in zip(batch, items, predictions):
         outputs = planned[entry["index"]]
@@ -159,22 +168,47 @@ def _run_batch(predictor: Predictor, batch: list[dict], planned, writer: _Writer
         )
 
 
+def _source_size(entry: dict, volumes: bool) -> tuple[int, ...]:
+    shape = entry["input"].array.shape
+    return tuple(shape[-3:] if volumes else shape[:2])
+
+
 def predict_files(predictor: Predictor, inputs: Sequence[str | Path], options: PredictOptions) -> dict[str, Any]:
     """Predict every input file into ``options.out``; returns ``{written, failed, csv, seconds}``.
+    One predict writes into an ``--out`` at a time (a lock); ``predictions.csv`` keeps the rows of
+    earlier runs into the same folder, with this run's rows replacing those of the outputs it rewrote.
 
     Raises:
         DataError: bad inputs (the first, naming the file; with ``keep_going`` they are listed in
-            ``failed`` and the rest are written), or outputs that exist without ``overwrite``.
+            ``failed`` and the rest are written), outputs that exist without ``overwrite``, outputs that
+            would collide, or an ``--out`` that holds inputs.
+        ConfigError: another predict is writing into ``--out``.
     """
-    from tqdm import tqdm
-
     start = time.perf_counter()
     volumes = predictor.loaded.volumes
-    paths = expand_inputs(inputs, volumes=volumes)
-    planned = _planned_outputs(paths, options, volumes)
-    options.out.mkdir(parents=True, exist_ok=True)
-    reader = _Reader(paths, predictor.prepare)
-    loader = DataLoader(reader, batch_size=None, num_workers=options.num_workers, collate_fn=_as_is)
+    named = named_inputs(inputs, volumes=volumes, exclude=options.out)
+    lock = FolderLock(
+        options.out,
+        f"another upzoo predict is writing into {options.out}; wait for it to finish or choose another --out",
+        name=".predict.lock",
+    )
+    with lock, terminate_as_interrupt():
+        planned = _planned_outputs(named, options, volumes)
+        summary = _predict_all(predictor, [path for path, _ in named], planned, options)
+    return {
+        "written": len(summary.rows),
+        "failed": summary.failed,
+        "csv": str(options.out / "predictions.csv"),
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+
+
+def _predict_all(predictor: Predictor, paths: list[Path], planned: list, options: PredictOptions) -> _Summary:
+    from tqdm import tqdm
+
+    volumes = predictor.loaded.volumes
+    loader = DataLoader(_Reader(paths, predictor.prepare), batch_size=None, num_workers=options.num_workers,
+                        collate_fn=_as_is)  # fmt: skip
     writer, summary = _Writer(predictor), _Summary()
     batch_size = 1 if volumes else options.batch_size
     batch: list[dict] = []
@@ -188,7 +222,9 @@ def predict_files(predictor: Predictor, inputs: Sequence[str | Path], options: P
                 summary.failed.append((str(paths[index]), entry["error"]))
             else:
                 _check_spacing(entry["input"], predictor.loaded.spacing if volumes else None)
-                if batch and (entry["x"].shape != batch[0]["x"].shape or len(batch) == batch_size):
+                entry["size"] = _source_size(entry, volumes)  # a batch shares its input and output sizes
+                same = batch and entry["x"].shape == batch[0]["x"].shape and entry["size"] == batch[0]["size"]
+                if batch and (not same or len(batch) == batch_size):
                     _run_batch(predictor, batch, planned, writer, summary)
                     batch = []
                 batch.append(entry)
@@ -197,24 +233,31 @@ def predict_files(predictor: Predictor, inputs: Sequence[str | Path], options: P
             _run_batch(predictor, batch, planned, writer, summary)
     finally:
         writer.close()
-        _write_csv(options.out / "predictions.csv", summary)
-    return {
-        "written": len(summary.rows),
-        "failed": summary.failed,
-        "csv": str(options.out / "predictions.csv"),
-        "seconds": round(time.perf_counter() - start, 3),
-    }
+        _merge_csv(options.out / "predictions.csv", summary)
+    return summary
 
 
-def _write_csv(path: Path, summary: _Summary) -> None:
+_COLUMNS = ["file", "labels", "shape", "seconds", "classes_present"]
+
+
+def _merge_csv(path: Path, summary: _Summary) -> None:
+    """Rewrite ``predictions.csv`` atomically: earlier rows whose outputs this run did not rewrite,
+    then this run's rows."""
     import csv
 
-    columns = ["file", "labels", "shape", "seconds", "classes_present"]
+    rewritten = {row["labels"] for row in summary.rows}
+    kept: list[dict[str, str]] = []
+    if path.is_file():
+        try:
+            with open(path, newline="") as f:
+                kept = [row for row in csv.DictReader(f) if row.get("labels") not in rewritten]
+        except (OSError, csv.Error, UnicodeDecodeError) as exc:
+            raise DataError(f"{path} is not a readable predictions.csv ({exc}); move it away and run again") from None
 
     def write(tmp: Path) -> None:
         with open(tmp, "w", newline="") as f:
-            out = csv.DictWriter(f, fieldnames=columns)
+            out = csv.DictWriter(f, fieldnames=_COLUMNS, extrasaction="ignore", restval="")
             out.writeheader()
-            out.writerows(summary.rows)
+            out.writerows(kept + summary.rows)
 
     atomic_write(path, write)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from upzoo.inference.files import InputFile, atomic_write
+from upzoo.inference.files import InputFile
+from upzoo.runtime import atomic_write
 
 __all__ = ["default_palette", "colorize", "write_image_prediction", "write_volume_prediction"]
 

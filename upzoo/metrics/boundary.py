@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from upzoo.errors import ShapeError
+from upzoo.metrics.confusion import as_labels, check_num_classes
 
 __all__ = ["boundary_bands", "boundary_iou", "BoundaryIoU", "boundary_fscore", "BoundaryFScore"]
 
@@ -80,6 +81,7 @@ class BoundaryIoU:
     """
 
     def __init__(self, num_classes: int, ignore_index: int | None = 255, *, dilation_ratio: float = 0.02) -> None:
+        num_classes = check_num_classes(num_classes, ignore_index)
         if not 0 < dilation_ratio < 1:
             raise ShapeError(f"dilation_ratio must be in (0, 1), got {dilation_ratio}")
         self.num_classes, self.ignore_index, self.dilation_ratio = num_classes, ignore_index, dilation_ratio
@@ -87,6 +89,7 @@ class BoundaryIoU:
         self.union = torch.zeros(num_classes, dtype=torch.int64)
 
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
+        pred, target = as_labels(pred, "prediction"), as_labels(target, "target")
         if pred.shape != target.shape or pred.ndim not in (2, 3):
             raise ShapeError(
                 f"Boundary IoU takes label maps (H, W) or (B, H, W) of one shape, got prediction "
@@ -200,12 +203,14 @@ class BoundaryFScore:
     """
 
     def __init__(self, num_classes: int, ignore_index: int | None = 255, *, tolerance: float = 2.0) -> None:
+        num_classes = check_num_classes(num_classes, ignore_index)
         if not tolerance >= 0:
             raise ShapeError(f"tolerance must be >= 0 pixels, got {tolerance}")
         self.num_classes, self.ignore_index, self.tolerance = num_classes, ignore_index, float(tolerance)
         self.counts = torch.zeros(4, num_classes, dtype=torch.int64)
 
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
+        pred, target = as_labels(pred, "prediction"), as_labels(target, "target")
         if pred.shape != target.shape or pred.ndim not in (2, 3):
             raise ShapeError(
                 f"the boundary F-score takes label maps (H, W) or (B, H, W) of one shape, got prediction "

@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
-from upzoo.errors import ShapeError
+from upzoo.errors import ConfigError, ShapeError
 
 __all__ = [
     "confusion_matrix",
@@ -23,6 +24,37 @@ __all__ = [
     "mean_iou",
     "ConfusionMatrix",
 ]
+
+
+def check_num_classes(num_classes: Any, ignore_index: Any = None) -> int:
+    """``num_classes`` (a whole number >= 1) and ``ignore_index`` (a whole number or None), checked.
+
+    Raises:
+        ConfigError: naming the value that came.
+    """
+    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
+        raise ConfigError(
+            f"num_classes must be a whole number >= 1, got {num_classes!r} ({type(num_classes).__name__})"
+        )
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer))):
+        raise ConfigError(f"ignore_index must be a whole number or None, got {ignore_index!r}")
+    return int(num_classes)
+
+
+def as_labels(value: Any, name: str) -> torch.Tensor:
+    """A label map as a tensor: tensors as they are, NumPy arrays and lists converted.
+
+    Raises:
+        ShapeError: anything else, naming ``name`` and the type that came.
+    """
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (np.ndarray, list, tuple)):
+        try:
+            return torch.as_tensor(np.asarray(value))
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ShapeError(f"{name} is not an array of class indices ({exc})") from None
+    raise ShapeError(f"{name} must be a tensor or NumPy array of class indices, got {type(value).__name__}")
 
 
 def _index_dtype(num_classes: int) -> torch.dtype:
@@ -42,6 +74,8 @@ def confusion_matrix(
         ShapeError: shapes differ, or labels out of range (with the offending values).
     """
     if validate:
+        num_classes = check_num_classes(num_classes, ignore_index)
+        pred, target = as_labels(pred, "prediction"), as_labels(target, "target")
         if pred.shape != target.shape:
             raise ShapeError(
                 f"prediction {tuple(pred.shape)} and target {tuple(target.shape)} differ in shape; "
@@ -117,6 +151,7 @@ class ConfusionMatrix:
     """
 
     def __init__(self, num_classes: int, ignore_index: int | None = 255, *, validate: bool = True) -> None:
+        num_classes = check_num_classes(num_classes, ignore_index)
         self.num_classes, self.ignore_index, self.validate = num_classes, ignore_index, validate
         self.matrix = torch.zeros(num_classes, num_classes, dtype=torch.int64)
 
@@ -124,6 +159,8 @@ class ConfusionMatrix:
         self.matrix.zero_()
 
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
+        if self.validate:
+            pred, target = as_labels(pred, "prediction"), as_labels(target, "target")
         cm = confusion_matrix(
             pred.detach(), target.detach(), self.num_classes, self.ignore_index, validate=self.validate
         )

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from upzoo.errors import ShapeError
+from upzoo.metrics.confusion import check_num_classes
 
 __all__ = ["surface_distances", "surface_metrics", "hausdorff95", "surface_dice", "SurfaceMetrics"]
 
@@ -82,6 +83,7 @@ def _nsd(distances: tuple[np.ndarray, np.ndarray], tolerance_mm: float) -> float
 
 
 def _per_class(pred, target, num_classes: int, spacing, fn, empty=float("nan")) -> torch.Tensor:
+    num_classes = check_num_classes(num_classes)
     pred, target = _as_numpy(pred, target, spacing)
     values = []
     for c in range(num_classes):
@@ -131,7 +133,7 @@ class SurfaceMetrics:
     HD95 mean, as it should: the mean of a set with a missed structure is unbounded."""
 
     def __init__(self, num_classes: int, *, tolerance_mm: float = 2.0) -> None:
-        self.num_classes, self.tolerance_mm = num_classes, tolerance_mm
+        self.num_classes, self.tolerance_mm = check_num_classes(num_classes), tolerance_mm
         self.sums = torch.zeros(2, num_classes, dtype=torch.float64)  # HD95, surface Dice
         self.counts = torch.zeros(num_classes, dtype=torch.float64)
 

@@ -73,6 +73,7 @@ class DCGANGenerator(nn.Module):
                 nn.Sequential(up, nn.Tanh()) if last else nn.Sequential(up, nn.BatchNorm2d(c_out), nn.ReLU(True))
             )
         self.stages = nn.Sequential(*stages)
+        _check_resolution(self.stages, channels[0], resolution)
         self.post_filter = (
             create_upsampler(
                 post_filter,
@@ -110,6 +111,26 @@ class DCGANGenerator(nn.Module):
             )
         x = self.stages(self.project(z))
         return self.post_filter(x) if self.post_filter is not None else x
+
+
+def _check_resolution(stages: nn.Sequential, channels: int, resolution: int) -> None:
+    """Each stage's upsampler must double the size, so that the generator returns what it promises.
+
+    Raises:
+        ConfigError: naming the stage whose upsampler does not double, and the sizes.
+    """
+    size: tuple[int, ...] = (4, 4)
+    for i, stage in enumerate(stages):
+        up = stage[0]
+        out = tuple(up.output_shape((1, up.in_channels, *size))[2:])
+        if out != (2 * size[0], 2 * size[1]):
+            raise ConfigError(
+                f"DCGANGenerator stage {i}: the upsampler turns {size[0]}x{size[1]} into {out[0]}x{out[1]}, not "
+                f"{2 * size[0]}x{2 * size[1]}, so the generator would not return {resolution}x{resolution} images; "
+                f"use options that double the size (for transposed: kernel_size=4, padding=1, or kernel_size=3, "
+                f"padding=1, output_padding=1)"
+            )
+        size = out
 
 
 class DCGANDiscriminator(nn.Module):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+
+import numpy as np
 
 from upzoo.errors import ConfigError
 
@@ -25,12 +28,7 @@ def plan_strides(
     Raises:
         ConfigError: spacing and patch size of different lengths, or non-positive values.
     """
-    spacing = [float(s) for s in spacing]
-    sizes = [int(s) for s in patch_size]
-    if len(spacing) != len(sizes) or not spacing:
-        raise ConfigError(f"spacing {tuple(spacing)} and patch_size {tuple(sizes)} need one value per axis each")
-    if any(s <= 0 for s in spacing) or any(s < 1 for s in sizes):
-        raise ConfigError(f"spacing and patch_size must be positive, got {tuple(spacing)} and {tuple(sizes)}")
+    spacing, sizes = _check_plan_arguments(spacing, patch_size, max_stages, min_size)
     strides: list[tuple[int, ...]] = []
     while len(strides) < max_stages:
         finest = min(spacing)
@@ -41,3 +39,30 @@ def plan_strides(
         sizes = [n // s for n, s in zip(sizes, stride)]
         strides.append(stride)
     return strides
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _check_plan_arguments(
+    spacing: Sequence[float], patch_size: Sequence[int], max_stages: int, min_size: int
+) -> tuple[list[float], list[int]]:
+    """``plan_strides``' arguments checked once, with the value named."""
+    for name, values in (("spacing", spacing), ("patch_size", patch_size)):
+        if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)) or len(values) == 0:
+            raise ConfigError(f"{name} must be a list with one value per axis, got {values!r}")
+    good_spacing = all(
+        isinstance(s, (int, float, np.number)) and not isinstance(s, bool) and math.isfinite(s) and s > 0
+        for s in spacing
+    )
+    if not good_spacing:
+        raise ConfigError(f"spacing must be finite positive numbers (mm per voxel), got {tuple(spacing)!r}")
+    if not all(_is_int(n) and n >= 1 for n in patch_size):
+        raise ConfigError(f"patch_size must be positive whole numbers, got {tuple(patch_size)!r}")
+    if len(spacing) != len(patch_size):
+        raise ConfigError(f"spacing {tuple(spacing)} and patch_size {tuple(patch_size)} need one value per axis each")
+    for name, value in (("max_stages", max_stages), ("min_size", min_size)):
+        if not _is_int(value) or value < 1:
+            raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")
+    return [float(s) for s in spacing], [int(n) for n in patch_size]

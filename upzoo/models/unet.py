@@ -160,6 +160,10 @@ class UNet(nn.Module):
         check_positive_int(num_classes, "num_classes")
         check_positive_int(encoder_depth, "encoder_depth")
         for key, values in (("channels", channels), ("decoder_channels", decoder_channels)):
+            if values is not None and (isinstance(values, (str, bytes)) or not isinstance(values, Sequence)):
+                raise ConfigError(f"UNet {key} must be a list of positive ints or None, got {values!r}")
+            if values is not None and len(values) == 0:
+                raise ConfigError(f"UNet {key} is an empty list; give one width per stage, or None for the default")
             for i, value in enumerate(values or ()):
                 check_positive_int(value, f"{key}[{i}]")
         if input_policy not in ("pad", "strict"):

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from upzoo.errors import DataError
+from upzoo.runtime import atomic_write
 
 __all__ = ["save_checkpoint", "load_checkpoint", "load_weights", "FORMAT", "CHECKPOINT_KEYS"]
 
@@ -81,26 +81,22 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
     payload = {**state, "format": FORMAT, "digest": digest(state)}
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(buffer.getbuffer())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    try:  # make the rename itself durable
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    atomic_write(path, lambda tmp: tmp.write_bytes(buffer.getbuffer()), durable=True)
     return path
 
 
 def _read(path: Path, map_location: str | torch.device) -> Any:
     import pickle
 
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        raise DataError(f"checkpoint {path} cannot be read: {exc.strerror or exc}") from None
+    if head != b"PK\x03\x04":  # torch.save's zip container
+        raise DataError(
+            f"{path} is not a PyTorch checkpoint (no zip container: damaged, or another kind of file); not loaded"
+        )
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:

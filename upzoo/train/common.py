@@ -7,7 +7,6 @@ import contextlib
 import csv
 import json
 import math
-import os
 import random
 import signal
 import time
@@ -21,6 +20,7 @@ import torch
 import yaml
 
 from upzoo.errors import ConfigError, TrainingError
+from upzoo.runtime import FolderLock, atomic_write, remove_stale_temporaries
 
 __all__ = [
     "seed_everything",
@@ -164,7 +164,7 @@ class RunFolder:
     def __init__(self, path: str | Path, columns: list[str], *, resume: bool = False, lock: bool = True) -> None:
         self.path = Path(path)
         self.columns = columns
-        self._lock_fd: int | None = None
+        self._lock: FolderLock | None = None
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
@@ -172,27 +172,18 @@ class RunFolder:
         except OSError as exc:
             raise ConfigError(f"cannot create run folder {str(self.path)!r}: {exc.strerror or exc}") from None
         if lock:
-            self._lock()
+            self._lock = FolderLock(
+                self.path,
+                f"run folder {str(self.path)!r} is in use by another run; "
+                "wait for it to finish or choose another --out",
+            )
+            remove_stale_temporaries(self.path)
             self._check_state(resume)
 
-    def _lock(self) -> None:
-        import fcntl
-
-        try:
-            fd = os.open(self.path / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
-        except OSError as exc:
-            raise ConfigError(f"run folder {str(self.path)!r} is not writable: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise ConfigError(
-                f"run folder {str(self.path)!r} is in use by another run; wait for it to finish or choose another --out"
-            ) from None
-        self._lock_fd = fd
-
     def _check_state(self, resume: bool) -> None:
-        holds_run = (self.path / "recipe.yaml").exists() or (self.path / "last.pt").exists()
+        holds_run = (self.path / "last.pt").exists()
+        if not resume and not holds_run and (self.path / "recipe.yaml").exists():
+            self._clear_unfinished_start()
         if resume and not (self.path / "last.pt").is_file():
             self.close()
             raise ConfigError(f"{self.path} holds no last.pt to resume from; start a new run instead")
@@ -202,11 +193,21 @@ class RunFolder:
                 f"{self.path} already holds a run; continue it with --resume {self.path} or choose another --out"
             )
 
+    def _clear_unfinished_start(self) -> None:
+        """A run stopped before its first checkpoint (killed, crashed) left a recipe but nothing to
+        resume: it is started again, and says so."""
+        import warnings
+
+        for name in ("run.json", "recipe.yaml", "metrics.csv", "summary.json"):
+            (self.path / name).unlink(missing_ok=True)
+        warnings.warn(
+            f"{self.path} held a run that stopped before its first checkpoint; starting it again", stacklevel=3
+        )
+
     def close(self) -> None:
         """Release the folder for other runs."""
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        if self._lock is not None:
+            self._lock.release()
 
     def __del__(self) -> None:
         self.close()
@@ -214,9 +215,8 @@ class RunFolder:
     def start_identity(self) -> str:
         """A new run's id, written to ``run.json``; checkpoints carry it."""
         run_id = uuid.uuid4().hex
-        (self.path / "run.json").write_text(
-            json.dumps({"run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
-        )
+        identity = json.dumps({"run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        atomic_write(self.path / "run.json", lambda tmp: tmp.write_text(identity))
         return run_id
 
     def identity(self) -> str:
@@ -247,7 +247,8 @@ class RunFolder:
             )
 
     def write_recipe(self, recipe_dict: dict[str, Any]) -> None:
-        (self.path / "recipe.yaml").write_text(yaml.safe_dump(recipe_dict, sort_keys=False))
+        text = yaml.safe_dump(recipe_dict, sort_keys=False)
+        atomic_write(self.path / "recipe.yaml", lambda tmp: tmp.write_text(text))
 
     def log(self, row: dict[str, Any]) -> None:
         path = self.path / "metrics.csv"

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from upzoo.errors import ConfigError, TrainingError
+from upzoo.runtime import atomic_write
 from upzoo.tables import to_json
 from upzoo.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
 from upzoo.train.common import (
@@ -44,6 +45,7 @@ from upzoo.train.distributed import (
 )
 from upzoo.train.loggers import extra_loggers
 from upzoo.train.plots import plot_curves
+from upzoo.train.resume import check_unchanged_recipe
 from upzoo.train.tasks import Task
 
 __all__ = ["Trainer", "train"]
@@ -175,6 +177,7 @@ class Trainer:
         state = load_checkpoint(path, kind=self.task.kind, purpose=f"resuming a {self.task.kind} run")
         if self.ctx.is_main:
             self.run.check_checkpoint_identity(state)
+        check_unchanged_recipe(state, {**self.recipe.to_dict(), "model": self.task.prepared.model_dict()}, path)
         for name, module in self.task.modules.items():
             load_weights(
                 module, state[name], path, saved_spec=state["model_spec"], expected_spec=self.task.prepared.model_dict()
@@ -321,7 +324,7 @@ class Trainer:
             "run_dir": str(self.run.path),
         }
         if self.ctx.is_main:
-            (self.run.path / "summary.json").write_text(to_json(summary))
+            atomic_write(self.run.path / "summary.json", lambda tmp: tmp.write_text(to_json(summary)))
             for logger in self.loggers:
                 logger.close()
         self.run.close()

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from upzoo.config import read_yaml_file
-from upzoo.errors import ConfigError
+from upzoo.errors import ConfigError, TrainingError
 from upzoo.recipe import Recipe, apply_overrides, parse_recipe
 
-__all__ = ["resume_recipe"]
+__all__ = ["resume_recipe", "check_unchanged_recipe"]
 
 
 def _stored_recipe(run_dir: Path) -> dict:
@@ -49,3 +49,22 @@ def resume_recipe(run_dir: str | Path, recipe: str | Path | None = None, overrid
             )
     effective = {**given, "model": stored["model"], "data": stored["data"]}
     return parse_recipe(effective, source=str(run_dir / "recipe.yaml"))
+
+
+def check_unchanged_recipe(state: dict, resumed: dict, checkpoint: Path) -> None:
+    """Refuse to continue a checkpoint with another model or data than it was trained with (an
+    edited ``recipe.yaml``): the weights may fit and still mean something else.
+
+    Raises:
+        TrainingError: naming the first key that differs and both values.
+    """
+    saved = {"model": state.get("model_spec"), "data": (state.get("recipe") or {}).get("data")}
+    for section in ("model", "data"):
+        theirs, ours = saved[section], resumed[section]
+        if not isinstance(theirs, dict) or theirs == ours:
+            continue
+        key = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))[0]
+        raise TrainingError(
+            f"{checkpoint} was trained with {section}.{key} = {theirs.get(key)!r}, but the run's recipe.yaml now says "
+            f"{ours.get(key)!r}; only train and eval settings may change on --resume: undo the edit or start a new run"
+        )

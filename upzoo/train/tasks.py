@@ -166,7 +166,17 @@ class SegmentationTask(Task):
         }
 
     def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
-        return {"last_loss": last.get("loss", float("nan")), "val": self.last_metrics, "best_miou": best}
+        names = self.prepared.data.class_names or [str(k) for k in range(self.prepared.num_classes)]
+        val = {key: by_class_name(value, names) if key.startswith("per_class_") else value
+               for key, value in self.last_metrics.items()}  # fmt: skip
+        return {"last_loss": last.get("loss", float("nan")), "val": val, "best_miou": best}
+
+
+def by_class_name(values: Any, names: list[str]) -> Any:
+    """A per-class list as ``{class name: value}`` (what ``summary.json`` holds)."""
+    if not isinstance(values, (list, tuple)) or len(values) != len(names):
+        return values
+    return dict(zip(names, values))
 
 
 class GanTask(Task):

@@ -1,0 +1,192 @@
+"""What every command needs from its surroundings, once: the device a user names, and files that are
+written whole or not at all (a crash, Ctrl-C or a full disk leaves the old file or none, and no
+temporary file behind)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from upzoo.errors import ConfigError, DataError
+
+__all__ = ["resolve_device", "atomic_write", "write_error", "main_output"]
+
+
+def resolve_device(device: Any, what: str = "device") -> Any:
+    """``"auto"`` (CUDA when available, else the CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a
+    ``torch.device`` -> a ``torch.device`` that exists here.
+
+    >>> resolve_device("cpu")
+    device(type='cpu')
+
+    Raises:
+        ConfigError: another kind of device, or CUDA where none is available; naming ``what``.
+    """
+    import torch
+
+    if isinstance(device, torch.device):
+        device = str(device)
+    if not isinstance(device, str):
+        raise ConfigError(f"{what} must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r} ({type(device).__name__})")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    index = device[5:] if device.startswith("cuda:") else ""
+    if device not in ("cpu", "cuda") and not index.isdigit():
+        raise ConfigError(f"{what} must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{what} {device!r}: no CUDA device is available here; use 'cpu' or 'auto'")
+        if index and int(index) >= torch.cuda.device_count():
+            raise ConfigError(f"{what} {device!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return torch.device(device)
+
+
+def write_error(path: Path, exc: OSError) -> DataError:
+    """An ``OSError`` while writing ``path`` as one line that says what to do."""
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC or exc.errno == errno.EDQUOT:
+        fix = "free space there or choose another folder"
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        fix = "choose a folder you can write to"
+    else:
+        fix = "check the folder"
+    return DataError(f"cannot write {path}: {reason}; {fix} (nothing was replaced)")
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], Any], *, durable: bool = False) -> Path:
+    """``write(tmp)`` to a temporary file beside ``path``, then rename it over ``path``: a reader
+    never sees half a file, and a failure leaves the old file and no temporary one. ``durable``
+    also flushes the file and the rename to the disk (checkpoints).
+
+    Raises:
+        DataError: the folder cannot be written (full, read-only, ...): one line naming ``path``.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        if durable:
+            _fsync(tmp, os.O_RDONLY)
+        os.replace(tmp, path)
+        if durable:
+            _fsync(path.parent, os.O_RDONLY)
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+    return path
+
+
+def _fsync(path: Path, flags: int) -> None:
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def main_output(out: Any) -> Any:
+    """A model's main output: the first of a tuple or list (deep supervision), else the output."""
+    return out[0] if isinstance(out, (list, tuple)) else out
+
+
+class FolderLock:
+    """An exclusive lock on ``folder/name`` (``fcntl.flock``) held until :meth:`release` or process
+    exit, even a crash: one writer per folder.
+
+    Raises:
+        ConfigError: the folder cannot be written, or another process holds the lock (``busy``).
+    """
+
+    def __init__(self, folder: str | Path, busy: str, name: str = ".lock") -> None:
+        import fcntl
+
+        self.fd: int | None = None
+        folder = Path(folder)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder / name, os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"folder {str(folder)!r} is not writable: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigError(busy) from None
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def remove_stale_temporaries(folder: str | Path) -> int:
+    """Delete the temporary files of :func:`atomic_write` in ``folder`` whose writing process is gone
+    (killed mid-write); returns how many. Call it while holding the folder's lock."""
+    removed = 0
+    for tmp in Path(folder).glob(".tmp-*-*"):
+        pid = tmp.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            try:
+                tmp.unlink()
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class terminate_as_interrupt:  # noqa: N801 - used as a context manager, like contextlib's
+    """Within the block, SIGTERM raises ``KeyboardInterrupt`` in the main thread, so ``finally``
+    blocks run (DataLoader workers are shut down, temporary files removed) and the command ends as
+    after Ctrl-C. Elsewhere than the main thread it does nothing."""
+
+    def __enter__(self) -> terminate_as_interrupt:
+        import signal
+        import threading
+
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
