@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from upzoo.errors import ConfigError, UpzooError
+from upzoo.sections import MAX_SEED
 
 __all__ = ["Variant", "parse_variants", "seed_interval", "paired_difference", "interleaved_fps", "THIN_CLASSES"]
 
@@ -288,14 +289,19 @@ def compare_upsamplers(
     if not 0 <= baseline < len(variants):
         raise ConfigError(f"the baseline must be one of the {len(variants)} variants, got index {baseline}")
     seed_list = [recipe.train.seed + k for k in range(seeds)]
+    if seed_list[-1] > MAX_SEED:
+        raise ConfigError(f"train.seed {recipe.train.seed} + {seeds} seeds passes the largest seed {MAX_SEED}")
     check_variants(recipe, variants)
     bar = tqdm(total=len(variants) * seeds, desc="trainings", unit="run", disable=not progress)
     results, specs = {}, {}
-    for variant in variants:
-        bar.set_postfix(upsampler=variant.label)
-        results[variant.label], prepared = train_seeds(recipe, variant, seed_list, Path(out_dir), lambda: bar.update(1))
-        specs[variant.label] = prepared
-    bar.close()
+    try:
+        for variant in variants:
+            bar.set_postfix(upsampler=variant.label)
+            out = Path(out_dir)
+            results[variant.label], prepared = train_seeds(recipe, variant, seed_list, out, lambda: bar.update(1))
+            specs[variant.label] = prepared
+    finally:
+        bar.close()
     base = results[variants[baseline].label]
     rows = [_summarise(label, per_seed, base) for label, per_seed in results.items()]
     shapes, calls, models = {}, {}, {}

@@ -212,8 +212,8 @@ def _predict_all(predictor: Predictor, paths: list[Path], planned: list, options
     writer, summary = _Writer(predictor), _Summary()
     batch_size = 1 if volumes else options.batch_size
     batch: list[dict] = []
+    bar = tqdm(total=len(paths), desc="predict", unit="file", disable=not options.progress, leave=False)
     try:
-        bar = tqdm(total=len(paths), desc="predict", unit="file", disable=not options.progress, leave=False)
         for index, entry in enumerate(iterate_loader(loader)):
             entry["index"] = index
             if entry["error"] is not None:
@@ -232,6 +232,7 @@ def _predict_all(predictor: Predictor, paths: list[Path], planned: list, options
         if batch:
             _run_batch(predictor, batch, planned, writer, summary)
     finally:
+        bar.close()  # before any error line: the bar must not share its line
         writer.close()
         _merge_csv(options.out / "predictions.csv", summary)
     return summary

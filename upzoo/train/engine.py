@@ -300,14 +300,16 @@ class Trainer:
 
             bar = tqdm(total=self.total_steps, initial=self.step, desc=self.task.kind, unit="step", dynamic_ncols=True)
         started = time.perf_counter()
-        with StopFlag() as stop:
-            last = self._train_steps(stop, bar)
-            interrupted = stop.requested and self.step < self.total_steps
-            if not interrupted:
-                self.evaluate()  # the final model is always evaluated (a no-op if this step already was)
-            self.save("last.pt")
-        if bar is not None:
-            bar.close()
+        try:
+            with StopFlag() as stop:
+                last = self._train_steps(stop, bar)
+                interrupted = stop.requested and self.step < self.total_steps
+                if not interrupted:
+                    self.evaluate()  # the final model is always evaluated (a no-op if this step already was)
+                self.save("last.pt")
+        finally:
+            if bar is not None:
+                bar.close()  # before any error line: the bar must not share its line
         return self._finish(last, interrupted, time.perf_counter() - started)
 
     def _finish(self, last: dict[str, float], interrupted: bool, seconds: float) -> dict[str, Any]:
