@@ -24,8 +24,8 @@ from upzoo.data.volumes import VolumeDataset
 from upzoo.errors import ConfigError, DataError, ShapeError, TrainingError
 from upzoo.filters.masked_blur import MaskedGaussianBlur
 from upzoo.recipe import parse_recipe
-from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
-from upzoo.train.common import RunFolder
+from upzoo.runs.checkpoint import load_checkpoint, save_checkpoint
+from upzoo.runs.folder import RunFolder
 from upzoo.train.engine import train
 from upzoo.upsamplers import CheckerboardWarning
 
@@ -356,7 +356,7 @@ def test_resume_refuses_another_runs_checkpoint_and_another_model(seg_run, gan_r
 
 
 def test_weights_of_another_model_are_named(seg_run, tmp_path):
-    from upzoo.train.checkpoint import load_weights
+    from upzoo.runs.checkpoint import load_weights
 
     state = load_checkpoint(seg_run / "last.pt")
     net3d = UNet(spatial_dims=3, in_channels=1, num_classes=4, channels=(8, 16))

@@ -345,8 +345,8 @@ class _DiffersWhenTraced(Upsampler):
 @pytest.mark.parametrize("bad, message", [(_Unexportable, "fails"), (_DiffersWhenTraced, "differs")])
 def test_export_refuses_and_names_the_block(bad, message, tmp_path):
     from upzoo.inference.export import ExportError, export_model
-    from upzoo.inference.loaded import LoadedModel
     from upzoo.recipe import parse_recipe
+    from upzoo.runs.loaded import LoadedModel
 
     model, _ = _model("unet2d-blur")
     channels = model.decoder[1].upsample.in_channels

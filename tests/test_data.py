@@ -21,7 +21,7 @@ from upzoo.data.synthetic import ensure_synthetic_cityscapes, ensure_synthetic_v
 from upzoo.data.transforms import segmentation_2d, volume_3d
 from upzoo.data.volumes import VolumeDataset, normalize_intensity, read_volume, sample_patch, write_nifti
 from upzoo.errors import DataError
-from upzoo.inference import sliding_window_inference
+from upzoo.windows import sliding_window_inference
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,8 +13,8 @@ from conftest import small_recipe
 from upzoo.errors import ConfigError
 from upzoo.recipe import apply_overrides, parse_recipe
 from upzoo.sections import TrainConfig, validate_section
-from upzoo.train.common import build_optimizer, build_scheduler
 from upzoo.train.distributed import ResumableSampler
+from upzoo.train.optim import build_optimizer, build_scheduler
 from upzoo.train.tasks import segmentation_loss
 
 

@@ -139,7 +139,7 @@ def test_a_bad_file_stops_with_one_line_or_is_skipped_with_keep_going(seg_run, t
         (["--scales", "0"], "--scales takes numbers in [0.125, 8]", 2),
         (["--scales", "0,1"], "--scales takes numbers in [0.125, 8]", 2),
         (["--probabilities", "nifti"], "--probabilities nifti is for volumes", 2),
-        (["--device", "tpu"], "--device must be cpu or cuda", 2),
+        (["--device", "tpu"], "--device must be cpu, cuda or auto, got 'tpu'", 2),
     ],
 )
 def test_bad_predict_arguments_give_one_line(seg_run, tmp_path, capsys, args, message, exit_code):

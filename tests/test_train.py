@@ -18,7 +18,7 @@ import yaml
 
 from upzoo.errors import ConfigError, DataError, TrainingError
 from upzoo.recipe import load_recipe, parse_recipe
-from upzoo.train.checkpoint import load_checkpoint, save_checkpoint
+from upzoo.runs.checkpoint import load_checkpoint, save_checkpoint
 from upzoo.train.engine import train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ from upzoo.data.factory import build_datasets
 from upzoo.data.synthetic import ensure_synthetic_cityscapes, ensure_synthetic_volumes
 from upzoo.models import build_model
 from upzoo.recipe import load_recipe
-from upzoo.train.common import build_optimizer
+from upzoo.train.optim import build_optimizer
 from upzoo.train.tasks import segmentation_loss
 
 ROOT = Path(__file__).resolve().parents[1]

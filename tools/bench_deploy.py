@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from upzoo.inference.loaded import LoadedModel
 from upzoo.inference.predictor import Predictor
 from upzoo.inference.run import PredictOptions, predict_files
 from upzoo.recipe import load_recipe, parse_recipe
+from upzoo.runs.loaded import LoadedModel
 
 ROOT = Path(__file__).resolve().parent.parent
 

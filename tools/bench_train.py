@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader
 from upzoo.data.factory import build_datasets
 from upzoo.models import build_model
 from upzoo.recipe import load_recipe
-from upzoo.train.common import StopFlag
+from upzoo.runtime import StopFlag
 from upzoo.train.engine import train
 
 ROOT = Path(__file__).resolve().parents[1]

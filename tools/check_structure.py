@@ -1,5 +1,6 @@
-"""Check the package's shape: no import cycle between modules, no function over 60 lines, no module
-over 400 lines. Prints what breaks a rule and exits 1; CI runs it.
+"""Check the package's shape: no import cycle between modules or between the package's top-level
+parts (its layers), no function over 60 lines, no module over 400 lines. Prints what breaks a rule
+and exits 1; CI runs it.
 
     python tools/check_structure.py [--package upzoo] [--max-function 60] [--max-module 400]
 
@@ -114,6 +115,27 @@ def a_loop(component: list[str], graph: dict[str, set[str]]) -> list[str]:
         seen.add(nxt[0])
 
 
+def layer_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The graph between the package's top-level parts (``upzoo.train``, ``upzoo.runtime``, ...): the
+    layers of the architecture, which must be acyclic too. The root package (the public API) is left out."""
+
+    def layer(name: str) -> str | None:
+        parts = name.split(".")
+        return ".".join(parts[:2]) if len(parts) > 1 else None
+
+    layers: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        source = layer(name)
+        if source is None:
+            continue
+        layers.setdefault(source, set())
+        layers[source] |= {t for t in map(layer, targets) if t is not None and t != source}
+    for targets in list(layers.values()):
+        for target in targets:
+            layers.setdefault(target, set())
+    return layers
+
+
 def long_functions(path: Path, limit: int) -> list[tuple[str, int, int]]:
     tree = ast.parse(path.read_text(), filename=str(path))
     out = []
@@ -137,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     problems = []
     for component in strongly_connected(graph):
         problems.append(f"import cycle among {len(component)} modules: {' -> '.join(a_loop(component, graph))}")
+    layers = layer_graph(graph, root.name)
+    for component in strongly_connected(layers):
+        problems.append(f"import cycle among {len(component)} layers: {' -> '.join(a_loop(component, layers))}")
     for name, path in files.items():
         lines = len(path.read_text().splitlines())
         if lines > args.max_module and name not in EXEMPT_MODULES:

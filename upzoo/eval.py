@@ -8,9 +8,10 @@ from typing import Any
 from upzoo.errors import ConfigError
 from upzoo.models import ModelSpec, build_model
 from upzoo.recipe import Recipe
-from upzoo.train.checkpoint import load_checkpoint, load_weights
-from upzoo.train.common import pick_device
+from upzoo.runs.checkpoint import load_checkpoint, load_weights
+from upzoo.runtime import resolve_device
 from upzoo.train.evaluate import evaluate_segmentation
+from upzoo.windows import window_patch
 
 __all__ = ["evaluate_checkpoint"]
 
@@ -36,7 +37,7 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
     spec = ModelSpec.from_dict(state["model_spec"])
     model = build_model(spec)
     load_weights(model, state["model"], checkpoint, saved_spec=state["model_spec"])
-    device = pick_device(recipe.train.device)
+    device = resolve_device(recipe.train.device, "train.device")
     model.to(device)
     try:
         prepared = prepare(replace(recipe, model=spec))  # the data, checked against the checkpoint's model
@@ -54,7 +55,7 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
         device=device,
         amp=recipe.train.amp,
         volumes=recipe.data.kind == "volumes",
-        patch_size=recipe.eval.window_patch(recipe.data.crop_size),
+        patch_size=window_patch(recipe, volumes=recipe.data.kind == "volumes"),
         overlap=recipe.eval.overlap,
         window_batch=recipe.eval.batch_size,
     )

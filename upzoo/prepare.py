@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from upzoo.data.conventions import image_conventions
 from upzoo.data.factory import DataBundle, build_datasets
 from upzoo.errors import ConfigError
 from upzoo.models.factory import ModelSpec
@@ -105,12 +106,5 @@ def prepare(recipe: Recipe) -> Prepared:
             f"model has {classes} classes but the data has {bundle.num_classes}; "
             f"set model.num_classes: {bundle.num_classes}"
         )
-    palette, mean, std = None, None, None
-    if recipe.data.kind == "cityscapes":
-        from upzoo.data.cityscapes import PALETTE
-        from upzoo.data.transforms import IMAGENET_MEAN, IMAGENET_STD
-
-        palette = PALETTE
-        if recipe.data.normalize in (None, "imagenet"):
-            mean, std = IMAGENET_MEAN, IMAGENET_STD
+    palette, mean, std = image_conventions(recipe.data)
     return Prepared(recipe, spec, bundle, bundle.num_classes or classes, palette, mean, std)

@@ -4,15 +4,35 @@ temporary file behind)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import random
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
 from upzoo.errors import ConfigError, DataError
 
-__all__ = ["resolve_device", "atomic_write", "write_error", "main_output"]
+__all__ = [
+    "resolve_device",
+    "autocast",
+    "needs_grad_scaler",
+    "seed_everything",
+    "rng_state",
+    "restore_rng_state",
+    "StopFlag",
+    "terminate_as_interrupt",
+    "atomic_write",
+    "write_error",
+    "FolderLock",
+    "remove_stale_temporaries",
+    "main_output",
+]
 
 
 def resolve_device(device: Any, what: str = "device") -> Any:
@@ -53,7 +73,7 @@ def write_error(path: Path, exc: OSError) -> DataError:
         fix = "choose a folder you can write to"
     else:
         fix = "check the folder"
-    return DataError(f"cannot write {path}: {reason}; {fix} (nothing was replaced)")
+    return DataError(f"cannot write {path}: {reason}; {fix}")
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], Any], *, durable: bool = False) -> Path:
@@ -190,3 +210,91 @@ class terminate_as_interrupt:  # noqa: N801 - used as a context manager, like co
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+def seed_everything(seed: int, deterministic: bool = False) -> None:
+    """Seed Python, NumPy and torch (all devices); optionally require deterministic kernels."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+
+
+def autocast(amp: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """bfloat16/float16 autocast (float16 only on CUDA), or nothing."""
+    if amp == "none":
+        return contextlib.nullcontext()
+    if amp == "fp16" and device.type != "cuda":
+        raise ConfigError("train.amp 'fp16' needs CUDA; on the CPU use 'bf16'")
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16)
+
+
+def needs_grad_scaler(amp: str, device: torch.device) -> bool:
+    return amp == "fp16" and device.type == "cuda"
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG's state as plain tensors and lists (loadable with ``weights_only=True``)."""
+    version, state, gauss = random.getstate()
+    np_state = np.random.get_state()
+    return {
+        "python": [version, list(state), gauss],
+        "numpy": [
+            np_state[0],
+            torch.from_numpy(np_state[1].astype(np.int64)),
+            int(np_state[2]),
+            int(np_state[3]),
+            float(np_state[4]),
+        ],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    version, values, gauss = state["python"]
+    random.setstate((version, tuple(values), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class StopFlag:
+    """Turns the first Ctrl-C (SIGINT) or SIGTERM into a request to stop after the current step;
+    a second Ctrl-C interrupts at once. Checkpoints are atomic, so the last one stays intact."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def request(self) -> None:
+        self.requested = True
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        import sys
+
+        print(
+            f"\nupzoo: {signal.Signals(signum).name} received: stopping after this step and saving a checkpoint "
+            f"(press Ctrl-C again to abort now)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def __enter__(self) -> StopFlag:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

@@ -140,7 +140,7 @@ def bench_model(
     checkpointing where the model supports it; ``amp`` and ``channels_last`` apply to every pass."""
     import torch.nn.functional as F
 
-    from upzoo.train.common import autocast
+    from upzoo.runtime import autocast, main_output
 
     ensure_fits(estimate_training_bytes(model, tuple(input_shape)), f"a training step at input {tuple(input_shape)}")
     fps = measure_fps(model, tuple(input_shape), device=device, iters=runs, amp=amp, channels_last=channels_last)
@@ -159,7 +159,7 @@ def bench_model(
         model.train()
         with autocast(amp, torch.device(device)):
             out = model(x)
-        out = out[0] if isinstance(out, (list, tuple)) else out
+        out = main_output(out)
         if segmentation:
             target = torch.zeros(out.shape[0], *out.shape[2:], dtype=torch.long, device=device)
             F.cross_entropy(out.float(), target).backward()

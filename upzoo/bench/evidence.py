@@ -128,7 +128,7 @@ def interleaved_fps(calls: dict[str, Callable[[], Any]], batch: int, rounds: int
 
 def inference_call(model: nn.Module, shape: Sequence[int], device: str, amp: str) -> Callable[[], None]:
     """One inference pass of ``model`` on a fixed input, under the same autocast as everything else."""
-    from upzoo.train.common import autocast
+    from upzoo.runtime import autocast
 
     model = model.to(device).eval()
     x = torch.randn(*shape, device=device)

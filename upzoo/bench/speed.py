@@ -123,7 +123,7 @@ def measure_fps(
     Warm-up runs, then ``iters`` timed runs each bracketed by device synchronisation; FPS is the
     batch size over the median time, so it is defined for any number of iterations and images.
     """
-    from upzoo.train.common import autocast
+    from upzoo.runtime import autocast
 
     device = torch.device(device)
     was_training = model.training

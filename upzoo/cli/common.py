@@ -52,13 +52,19 @@ def load_meta_model(recipe: str):
         return build_model(spec)
 
 
-def check_device(device: str) -> None:
-    import torch
+def check_device(device: str, *, auto: bool = False) -> str:
+    """A ``--device`` value checked (usage error, exit 2) and resolved: ``cpu``, ``cuda[:N]``, ``auto``."""
+    from upzoo.errors import ConfigError
+    from upzoo.runtime import resolve_device
 
-    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise UsageError(f"--device must be cpu or cuda, got {device!r}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available here; use --device cpu")
+    if device == "auto" and not auto:
+        raise UsageError("--device must be cpu or cuda, got 'auto'")
+    try:
+        return str(resolve_device(device, "--device"))
+    except ConfigError as exc:
+        raise UsageError(
+            str(exc).replace("'auto', 'cpu', 'cuda' or 'cuda:N'", "cpu or cuda" if not auto else "cpu, cuda or auto")
+        ) from None
 
 
 def emit_rows(rows: list[dict], columns: list[str], as_json: bool, as_csv: bool) -> None:

@@ -15,12 +15,7 @@ RUN = click.argument("run", metavar="RUN_DIR_OR_CHECKPOINT", type=click.Path(exi
 
 
 def _device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    check_device(device)
-    return device
+    return check_device(device, auto=True)
 
 
 def _scales(text: str) -> tuple[float, ...]:

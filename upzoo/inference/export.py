@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from upzoo.errors import ConfigError, DataError, UpzooError
-from upzoo.inference.loaded import LoadedModel
-from upzoo.runtime import write_error
+from upzoo.runs.loaded import LoadedModel
+from upzoo.runtime import main_output, write_error
 
 __all__ = ["ExportError", "export_model", "check_sizes", "TOLERANCE"]
 
@@ -63,7 +63,7 @@ def _dynamic_shapes(shape: tuple[int, ...]) -> tuple[dict[int, Any], ...]:
 def _reference(model: nn.Module, x: torch.Tensor) -> np.ndarray:
     with torch.no_grad():
         out = model(x)
-    return (out[0] if isinstance(out, (list, tuple)) else out).float().numpy()
+    return main_output(out).float().numpy()
 
 
 def _write_onnx(model: nn.Module, example: torch.Tensor, path: Path, opset: int | None) -> None:

@@ -13,10 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.inference.loaded import LoadedModel
-from upzoo.inference.sliding_window import sliding_window_inference
-from upzoo.runtime import main_output, resolve_device
-from upzoo.train.common import autocast
+from upzoo.runs.loaded import LoadedModel
+from upzoo.runtime import autocast, main_output, resolve_device
+from upzoo.windows import sliding_window_inference, window_patch
 
 __all__ = ["Predictor", "Prediction", "Preprocess"]
 
@@ -174,10 +173,7 @@ class Predictor:
         recipe = loaded.recipe
         self.overlap = recipe.eval.overlap if overlap is None else overlap
         self.window_batch = window_batch or recipe.eval.batch_size
-        if loaded.volumes:
-            self.patch = recipe.eval.patch_size or recipe.data.crop_size
-        else:
-            self.patch = recipe.data.crop_size
+        self.patch = window_patch(recipe, volumes=loaded.volumes)
         self.prepare = Preprocess.from_loaded(loaded)
 
     # -- prediction ----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from upzoo.errors import ConfigError, DataError
-from upzoo.inference.loaded import LoadedModel
+from upzoo.runs.loaded import LoadedModel
 from upzoo.runtime import atomic_write
 from upzoo.sections import MAX_SEED
 
@@ -51,7 +51,7 @@ def sample_images(
     """
     from PIL import Image
 
-    from upzoo.train.plots import sample_grid
+    from upzoo.figures import sample_grid
 
     z = _latents(loaded, num, seed)
     names = [out / f"sample_{i:04d}.png" for i in range(num)] + [out / "grid.png"]

@@ -16,24 +16,20 @@ import torch
 from torch import nn
 
 from upzoo.errors import ConfigError, TrainingError
-from upzoo.runtime import atomic_write
-from upzoo.tables import to_json
-from upzoo.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
-from upzoo.train.common import (
-    RunFolder,
+from upzoo.figures import plot_curves
+from upzoo.runs.checkpoint import load_checkpoint, load_weights, save_checkpoint
+from upzoo.runs.folder import RunFolder
+from upzoo.runtime import (
     StopFlag,
-    Throughput,
+    atomic_write,
     autocast,
-    build_optimizer,
-    build_scheduler,
-    check_finite,
-    check_finite_parameters,
     needs_grad_scaler,
-    pick_device,
+    resolve_device,
     restore_rng_state,
     rng_state,
     seed_everything,
 )
+from upzoo.tables import to_json
 from upzoo.train.distributed import (
     ResumableSampler,
     all_reduce_mean,
@@ -44,7 +40,8 @@ from upzoo.train.distributed import (
     sync_buffers,
 )
 from upzoo.train.loggers import extra_loggers
-from upzoo.train.plots import plot_curves
+from upzoo.train.monitor import Throughput, check_finite, check_finite_parameters
+from upzoo.train.optim import build_optimizer, build_scheduler
 from upzoo.train.resume import check_unchanged_recipe
 from upzoo.train.tasks import Task
 
@@ -69,7 +66,7 @@ class Trainer:
     ) -> None:
         self.task, self.recipe = task, task.prepared.recipe
         self.cfg, self.resume, self.progress, self.on_step = self.recipe.train, resume, progress, on_step
-        self.device = pick_device(self.cfg.device)
+        self.device = resolve_device(self.cfg.device, "train.device")
         autocast(self.cfg.amp, self.device)  # an amp mode this device lacks fails now, before any work
         self.ctx = init_distributed(self.device)
         columns = ["step", "epoch", *task.step_columns, "lr", "samples_per_s", *task.eval_columns]
@@ -109,7 +106,23 @@ class Trainer:
         self.schedulers = {n: build_scheduler(o, self.cfg, self.total_steps) for n, o in self.optimizers.items()}
         self.scaler = torch.amp.GradScaler(self.device.type) if needs_grad_scaler(self.cfg.amp, self.device) else None
 
-    # -- what tasks call ---------------------------------------------------------------------------
+    # -- what tasks see (the StepContext of upzoo.train.context) -------------------------------------
+    @property
+    def amp(self) -> str:
+        return self.cfg.amp
+
+    @property
+    def dist(self) -> Any:
+        return self.ctx
+
+    @property
+    def run_path(self) -> Path:
+        return self.run.path
+
+    @property
+    def is_main(self) -> bool:
+        return self.ctx.is_main
+
     def net(self, name: str) -> nn.Module:
         """The module to call in a training step (DDP-wrapped under torchrun)."""
         return self._wrapped[name]

@@ -12,14 +12,10 @@ from torch.utils.data import DataLoader, Dataset
 
 from upzoo.data.loading import iterate_loader
 from upzoo.metrics import BoundaryFScore, BoundaryIoU, ConfusionMatrix, SurfaceMetrics
-from upzoo.train.common import autocast
+from upzoo.runtime import autocast, main_output
 from upzoo.train.distributed import DistContext, ResumableSampler
 
 __all__ = ["evaluate_segmentation"]
-
-
-def _main_output(out: Any) -> torch.Tensor:
-    return out[0] if isinstance(out, (list, tuple)) else out
 
 
 @torch.no_grad()
@@ -45,7 +41,7 @@ def evaluate_segmentation(
     boundary counts of 2D images (Boundary IoU, boundary F-score) and the per-case HD95 and surface
     Dice sums of volumes (at the volume's spacing) are summed.
     """
-    from upzoo.inference import sliding_window_inference
+    from upzoo.windows import sliding_window_inference
 
     ctx = ctx or DistContext()
     device = torch.device(device)
@@ -62,10 +58,10 @@ def evaluate_segmentation(
         with autocast(amp, device):
             if volumes and patch_size is not None:
                 logits = sliding_window_inference(
-                    image[0], lambda b: _main_output(model(b)), patch_size, overlap=overlap, batch_size=window_batch
+                    image[0], lambda b: main_output(model(b)), patch_size, overlap=overlap, batch_size=window_batch
                 )[None]
             else:
-                logits = _main_output(model(image))
+                logits = main_output(model(image))
         pred = logits.float().max(1).indices.cpu()  # the argmax; max(dim) is ~5x faster on the CPU
         acc.update(pred, sample["mask"])
         for boundary in boundaries:

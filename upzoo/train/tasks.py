@@ -10,14 +10,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from upzoo.figures import class_palette, prediction_grid, sample_grid
 from upzoo.metrics.checkerboard import image_checkerboard
 from upzoo.models import build_discriminator, build_model
+from upzoo.train.context import StepContext
 from upzoo.train.evaluate import evaluate_segmentation
-from upzoo.train.plots import class_palette, prediction_grid, sample_grid
+from upzoo.windows import window_patch
 
 if TYPE_CHECKING:
     from upzoo.prepare import Prepared
-    from upzoo.train.engine import Trainer
 
 __all__ = ["Task", "SegmentationTask", "GanTask", "segmentation_loss", "make_task"]
 
@@ -40,10 +41,10 @@ class Task:
     def eval_every(self, cfg: Any) -> int | None:
         return cfg.val_every
 
-    def step(self, batch: dict, trainer: Trainer) -> dict[str, float]:  # pragma: no cover - abstract
+    def step(self, batch: dict, ctx: StepContext) -> dict[str, float]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def evaluate(self, trainer: Trainer) -> dict[str, float]:  # pragma: no cover - abstract
+    def evaluate(self, ctx: StepContext) -> dict[str, float]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
@@ -120,41 +121,41 @@ class SegmentationTask(Task):
                 prepared.data.train, prepared.num_classes, prepared.data.ignore_index
             )
 
-    def step(self, batch: dict, trainer: Trainer) -> dict[str, float]:
-        images, masks = trainer.to_device(batch["image"], image=True), trainer.to_device(batch["mask"])
-        with trainer.autocast():
-            output = trainer.net("model")(images)
+    def step(self, batch: dict, ctx: StepContext) -> dict[str, float]:
+        images, masks = ctx.to_device(batch["image"], image=True), ctx.to_device(batch["mask"])
+        with ctx.autocast():
+            output = ctx.net("model")(images)
         data = self.prepared.data
-        weight = self.class_weight.to(trainer.device) if self.class_weight is not None else None
+        weight = self.class_weight.to(ctx.device) if self.class_weight is not None else None
         loss = segmentation_loss(
             output,
             masks,
-            kind=trainer.cfg.loss,
+            kind=self.prepared.recipe.train.loss,
             ignore_index=data.ignore_index,
             num_classes=self.prepared.num_classes,
             weight=weight,
         )
-        return {"loss": trainer.optimize(loss, "model")}
+        return {"loss": ctx.optimize(loss, "model")}
 
-    def evaluate(self, trainer: Trainer) -> dict[str, float]:
+    def evaluate(self, ctx: StepContext) -> dict[str, float]:
         recipe, data = self.prepared.recipe, self.prepared.data
         metrics, examples = evaluate_segmentation(
             self.modules["model"],
             data.val,
             num_classes=self.prepared.num_classes,
             ignore_index=data.ignore_index,
-            device=trainer.device,
-            amp=trainer.cfg.amp,
-            ctx=trainer.ctx,
+            device=ctx.device,
+            amp=ctx.amp,
+            ctx=ctx.dist,
             volumes=self.volumes,
-            patch_size=recipe.eval.window_patch(recipe.data.crop_size),
+            patch_size=window_patch(recipe, volumes=recipe.data.kind == "volumes"),
             overlap=recipe.eval.overlap,
             window_batch=recipe.eval.batch_size,
             keep=recipe.eval.grid_samples,
         )
         self.last_metrics = metrics
-        if trainer.ctx.is_main:
-            run = trainer.run.path
+        if ctx.is_main:
+            run = ctx.run_path
             prediction_grid(
                 examples, run / "predictions.png", palette=self.palette, mean=self.prepared.mean, std=self.prepared.std
             )
@@ -202,38 +203,38 @@ class GanTask(Task):
     def eval_every(self, cfg: Any) -> int | None:
         return cfg.sample_every
 
-    def step(self, batch: dict, trainer: Trainer) -> dict[str, float]:
-        real = trainer.to_device(batch["image"], image=True)
+    def step(self, batch: dict, ctx: StepContext) -> dict[str, float]:
+        real = ctx.to_device(batch["image"], image=True)
         n = real.shape[0]
-        z = torch.randn(n, self.latent, device=trainer.device)
-        generator, discriminator = trainer.net("generator"), trainer.net("discriminator")
-        with trainer.autocast():
+        z = torch.randn(n, self.latent, device=ctx.device)
+        generator, discriminator = ctx.net("generator"), ctx.net("discriminator")
+        with ctx.autocast():
             fake = generator(z)
             logits_real, logits_fake = discriminator(torch.cat([real, fake.detach()])).float().split([n, n])
         loss_d = F.binary_cross_entropy_with_logits(
             logits_real, torch.ones_like(logits_real)
         ) + F.binary_cross_entropy_with_logits(logits_fake, torch.zeros_like(logits_fake))
-        loss_d_value = trainer.optimize(loss_d, "discriminator")
-        with trainer.autocast():
+        loss_d_value = ctx.optimize(loss_d, "discriminator")
+        with ctx.autocast():
             logits_gen = discriminator(fake).float()
         loss_g = F.binary_cross_entropy_with_logits(logits_gen, torch.ones_like(logits_gen))  # non-saturating
         return {
             "loss_d": loss_d_value,
-            "loss_g": trainer.optimize(loss_g, "generator"),
+            "loss_g": ctx.optimize(loss_g, "generator"),
             "d_real": float(torch.sigmoid(logits_real.detach()).mean()),
             "d_fake": float(torch.sigmoid(logits_fake.detach()).mean()),
         }
 
-    def evaluate(self, trainer: Trainer) -> dict[str, float]:
-        if not trainer.ctx.is_main:
+    def evaluate(self, ctx: StepContext) -> dict[str, float]:
+        if not ctx.is_main:
             return {}
         generator = self.modules["generator"]
         generator.eval()
-        with torch.no_grad(), trainer.autocast():
-            images = generator(self.fixed_z.to(trainer.device)).float().cpu()
+        with torch.no_grad(), ctx.autocast():
+            images = generator(self.fixed_z.to(ctx.device)).float().cpu()
         generator.train()
         self.last_score = image_checkerboard(images)
-        sample_grid(images, trainer.run.path / f"samples_{trainer.step:06d}.png")
+        sample_grid(images, ctx.run_path / f"samples_{ctx.step:06d}.png")
         return {"checkerboard": self.last_score}
 
     def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
@@ -243,7 +244,7 @@ class GanTask(Task):
 def make_task(prepared: Prepared) -> Task:
     """The task a prepared recipe trains: GAN for ``dcgan`` models, segmentation otherwise. The
     initial weights follow ``train.seed``."""
-    from upzoo.train.common import seed_everything
+    from upzoo.runtime import seed_everything
 
     seed_everything(prepared.recipe.train.seed, prepared.recipe.train.deterministic)
     return GanTask(prepared) if prepared.task == "gan" else SegmentationTask(prepared)

@@ -15,7 +15,7 @@ from upzoo.errors import DataError
 from upzoo.models import ModelSpec, build_model
 from upzoo.recipe import Recipe, parse_recipe
 from upzoo.runtime import resolve_device
-from upzoo.train.checkpoint import load_checkpoint, load_weights
+from upzoo.runs.checkpoint import load_checkpoint, load_weights
 
 __all__ = ["LoadedModel", "load_model", "find_checkpoint"]
 
@@ -70,12 +70,12 @@ def _meta_from_recipe(recipe: Recipe) -> dict[str, Any]:
     """Checkpoints written before they carried ``data_meta``: what the recipe alone tells."""
     meta: dict[str, Any] = {"class_names": None, "palette": None, "mean": None, "std": None, "spacing": None}
     if recipe.data.kind == "cityscapes" and recipe.task == "segmentation":
-        from upzoo.data.cityscapes import CLASS_NAMES, PALETTE
-        from upzoo.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+        from upzoo.data.cityscapes import CLASS_NAMES
+        from upzoo.data.conventions import image_conventions
 
-        meta.update(class_names=list(CLASS_NAMES), palette=PALETTE.tolist())
-        if recipe.data.normalize in (None, "imagenet"):
-            meta.update(mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD))
+        palette, mean, std = image_conventions(recipe.data)
+        meta.update(class_names=list(CLASS_NAMES), palette=palette.tolist())
+        meta.update(mean=list(mean) if mean else None, std=list(std) if std else None)
     return meta
 
 

@@ -1,10 +1,12 @@
 """Sliding-window inference over large 2D images and 3D volumes: Gaussian-weighted windows that
-cover every pixel, averaged where they overlap (nnU-Net, MONAI's ``SlidingWindowInferer``)."""
+cover every pixel, averaged where they overlap (nnU-Net, MONAI's ``SlidingWindowInferer``); and the
+one rule for which window a recipe's model is evaluated with (:func:`window_patch`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -12,7 +14,7 @@ import torch.nn.functional as F
 
 from upzoo.errors import ConfigError
 
-__all__ = ["gaussian_importance", "sliding_window_inference"]
+__all__ = ["gaussian_importance", "sliding_window_inference", "window_patch"]
 
 
 def gaussian_importance(patch: Sequence[int], sigma_scale: float = 0.125) -> torch.Tensor:
@@ -75,3 +77,13 @@ def sliding_window_inference(
             norm[index] += weight
     logits = logits / norm
     return logits[(slice(None),) + tuple(slice(0, s) for s in spatial)]
+
+
+def window_patch(recipe: Any, *, volumes: bool) -> tuple[int, ...] | None:
+    """The one evaluation-window rule, for validation, ``upzoo eval`` and ``upzoo predict`` alike:
+    volumes slide ``eval.patch_size`` (else the training crop) over the volume, or run whole when
+    ``eval.sliding_window`` is false; 2D images slide the training crop (validation evaluates images
+    whole: it passes ``volumes=True`` only for volumes). ``None``: run whole."""
+    crop = recipe.data.crop_size
+    patch = recipe.eval.window_patch(crop) if volumes else crop
+    return tuple(int(p) for p in patch) if patch is not None else None

@@ -1,0 +1,25 @@
+"""The one rule for a dataset's conventions that outlive training: the class colours and the image
+normalisation that a recipe's data implies (``prepare`` records them in checkpoints; ``load_model``
+derives them for checkpoints written before they carried them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["image_conventions"]
+
+
+def image_conventions(data: Any) -> tuple[np.ndarray | None, tuple[float, ...] | None, tuple[float, ...] | None]:
+    """``(palette, mean, std)`` of a recipe's ``data`` section: Cityscapes-layout data has the
+    Cityscapes palette and, unless ``normalize`` says otherwise, the ImageNet mean/std; other data
+    has neither (volumes are normalised per volume)."""
+    if data.kind != "cityscapes":
+        return None, None, None
+    from upzoo.data.cityscapes import PALETTE
+    from upzoo.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+
+    if data.normalize in (None, "imagenet"):
+        return PALETTE, IMAGENET_MEAN, IMAGENET_STD
+    return PALETTE, None, None
