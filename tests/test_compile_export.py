@@ -14,7 +14,8 @@ import torch
 from torch.export import Dim
 
 from upzoo import ConfigError, create_upsampler, list_upsamplers
-from upzoo.filters.masked_blur import fused_masked_blur, masked_gaussian_blur, pytorch_formulation
+from upzoo.filters.blur_fused import fused_masked_blur, pytorch_formulation
+from upzoo.filters.masked_blur import masked_gaussian_blur
 from upzoo.filters.select_blur import select_blur
 from upzoo.models.factory import ModelSpec, build_model
 from upzoo.registry import upsampler_info
@@ -240,7 +241,7 @@ BLUR_OPTIONS = [
     ],
 )
 def test_select_formulation_equals_the_eager_blur_in_values_and_gradients(options, mask):
-    from upzoo.filters.masked_blur import _taps_and_steps
+    from upzoo.filters.blur_plan import taps_and_steps as _taps_and_steps
 
     x = torch.randn(2, 3, 9, 11, dtype=torch.float64)
     m = None if mask is None else (torch.rand(2, 1, 9, 11) > 0.5 if mask == "bool" else torch.rand(2, 1, 9, 11))
