@@ -1,76 +1,45 @@
-"""Deterministic, seeded synthetic data written in real on-disk layouts, so the same readers serve
-the embedded defaults and real datasets.
-
-* :func:`ensure_synthetic_cityscapes`: street scenes with all 19 evaluated Cityscapes classes —
-  road, sidewalk, building, wall, fence, vegetation, terrain, sky; thin and small ones (poles and
-  traffic lights 1-6 px wide, signs, persons, riders on bicycles and motorcycles, bicycles of thin
-  rings and bars); cars, trucks, buses and trams — with textures, shading and noise, as
-  ``leftImg8bit`` PNGs and ``gtFine_labelIds`` PNGs. Colours overlap between classes (grey
-  buildings, roads, sidewalks and poles; cars of any colour), so a model must use shape and context.
-* :func:`ensure_synthetic_volumes`: anisotropic volumes (default 5.0 x 0.8 x 0.8 mm) with ellipsoid
-  "organs" of three classes, noise and a smooth bias field, as NIfTI files in a decathlon-style
-  folder with ``dataset.json``.
-
-Both are generated once into a cache folder and reused; a folder without its completion marker
-(an interrupted generation) is generated again, and a file lock lets one process (of several DDP
-ranks or parallel runs) write while the others wait.
-"""
+"""Synthetic Cityscapes-style street scenes with all 19 evaluated classes — road, sidewalk, building,
+wall, fence, vegetation, terrain, sky; thin and small ones (poles and traffic lights 1-6 px wide,
+signs, persons, riders on bicycles and motorcycles, bicycles of thin rings and bars); cars, trucks,
+buses and trams — with textures, shading and noise, written as ``leftImg8bit`` and
+``gtFine_labelIds`` PNGs. Colours overlap between classes (grey buildings, roads, sidewalks and poles;
+cars of any colour), so a model must use shape and context. Painters draw from one generator in a
+fixed order, so a seed gives the same scene."""
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
-import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from upzoo.data.cityscapes import LABELS
 from upzoo.data.io import write_png
-from upzoo.errors import ConfigError
+from upzoo.data.synthetic.cache import cached
 
-__all__ = [
-    "default_cache_dir",
-    "ensure_synthetic_cityscapes",
-    "ensure_synthetic_volumes",
-    "street_scene",
-    "organ_volume",
-]
+__all__ = ["street_scene", "ensure_synthetic_cityscapes", "OBJECT_KINDS"]
 
-_MARKER = "COMPLETE.json"
-
-
-def default_cache_dir() -> Path:
-    """``$UPZOO_CACHE`` or ``~/.cache/upzoo``."""
-    return Path(os.environ.get("UPZOO_CACHE") or Path.home() / ".cache" / "upzoo")
-
-
-def _cached(kind: str, params: dict, cache_dir: str | Path | None, write) -> Path:
-    key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
-    root = Path(cache_dir or default_cache_dir()) / f"{kind}-{key}"
-    marker = root / _MARKER
-    if marker.is_file():
-        return root
-    try:
-        root.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(root.parent / f".{root.name}.lock", "w")
-    except OSError as exc:
-        reason = "it is a file" if root.parent.is_file() else exc.strerror or str(exc)
-        raise ConfigError(
-            f"cannot write the synthetic data into data.cache_dir {str(root.parent)!r}: {reason}; "
-            f"give a writable folder (or set UPZOO_CACHE)"
-        ) from None
-    with lock:  # one writer (DDP ranks, parallel runs)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.is_file():  # another process finished it while we waited
-            return root
-        if root.exists():
-            shutil.rmtree(root)  # an interrupted generation: start again
-        write(root)
-        marker.write_text(json.dumps(params, indent=2))
-    return root
+#: Cityscapes label ids by class name (what the label PNGs hold).
+LABEL_ID = {label.name: label.id for label in LABELS}
+BICYCLE = LABEL_ID["bicycle"]
+BUILDING = LABEL_ID["building"]
+BUS = LABEL_ID["bus"]
+CAR = LABEL_ID["car"]
+FENCE = LABEL_ID["fence"]
+MOTORCYCLE = LABEL_ID["motorcycle"]
+PERSON = LABEL_ID["person"]
+POLE = LABEL_ID["pole"]
+RIDER = LABEL_ID["rider"]
+ROAD = LABEL_ID["road"]
+SIDEWALK = LABEL_ID["sidewalk"]
+SKY = LABEL_ID["sky"]
+TERRAIN = LABEL_ID["terrain"]
+TRAFFIC_LIGHT = LABEL_ID["traffic light"]
+TRAFFIC_SIGN = LABEL_ID["traffic sign"]
+TRAIN = LABEL_ID["train"]
+TRUCK = LABEL_ID["truck"]
+VEGETATION = LABEL_ID["vegetation"]
+WALL = LABEL_ID["wall"]
 
 
 # -- street scenes -----------------------------------------------------------------------------------
@@ -94,7 +63,7 @@ class _Scene:
         self.rng, self.h, self.w = rng, height, width
         self.yy, self.xx = np.mgrid[0:height, 0:width]
         self.img = np.zeros((height, width, 3), np.float32)
-        self.lab = np.full((height, width), 23, np.uint8)  # sky
+        self.lab = np.full((height, width), SKY, np.uint8)  # sky
         self.horizon = int(height * rng.uniform(0.36, 0.5))
 
     def paint(self, mask: np.ndarray, color, label: int, texture: float = 0.0, cell: int = 4) -> None:
@@ -127,7 +96,7 @@ def _buildings(s: _Scene) -> None:
             base = rng.uniform(60, 190)
             color = base * rng.uniform(0.85, 1.15, 3)
             m = (yy >= top) & (yy < s.horizon + 2) & (xx >= x) & (xx < x + bw)
-            s.paint(m, color, 11, texture=0.08)
+            s.paint(m, color, BUILDING, texture=0.08)
             step_y, step_x = int(rng.integers(6, 12)), int(rng.integers(6, 12))
             win = m & ((yy - top) % step_y >= step_y // 2) & ((xx - x) % step_x >= step_x // 2) & (yy < s.horizon - 3)
             s.img[win] = s.img[win] * rng.uniform(0.45, 0.8) + rng.uniform(0, 40)
@@ -144,9 +113,9 @@ def _vegetation(s: _Scene) -> None:
         for _ in range(5):
             ox, oy, rr = rng.normal(0, r / 2), rng.normal(0, r / 3), r * rng.uniform(0.5, 0.9)
             crown |= (xx - cx - ox) ** 2 + (yy - cy - oy) ** 2 < rr**2
-        s.paint(crown, rng.uniform([40, 90, 20], [90, 150, 60]), 21, texture=0.35, cell=2)
+        s.paint(crown, rng.uniform([40, 90, 20], [90, 150, 60]), VEGETATION, texture=0.35, cell=2)
         trunk = (np.abs(xx - cx) < max(1, r / 8)) & (yy > cy) & (yy < s.horizon + 2)
-        s.paint(trunk, (90, 70, 50), 21)
+        s.paint(trunk, (90, 70, 50), VEGETATION)
 
 
 def _ground(s: _Scene) -> None:
@@ -159,13 +128,13 @@ def _ground(s: _Scene) -> None:
     s.right = right = vx + (rng.uniform(0.8, 1.25) * w - vx) * tt
     s.walk = walk = rng.uniform(0.12, 0.25) * w * tt
     terrain = below & ((xx < left - walk) | (xx > right + walk))
-    s.paint(terrain, rng.uniform([80, 110, 50], [140, 170, 90]), 22, texture=0.3, cell=2)
+    s.paint(terrain, rng.uniform([80, 110, 50], [140, 170, 90]), TERRAIN, texture=0.3, cell=2)
     sidewalk = below & ~terrain & ((xx < left) | (xx > right))
-    s.paint(sidewalk, rng.uniform(120, 190) * rng.uniform(0.9, 1.1, 3), 8, texture=0.06)
+    s.paint(sidewalk, rng.uniform(120, 190) * rng.uniform(0.9, 1.1, 3), SIDEWALK, texture=0.06)
     tiles = sidewalk & (((yy - horizon) % 7 == 0) | (((xx - vx) / np.maximum(tt, 0.05)).astype(int) % 23 == 0))
     s.img[tiles] *= 0.8
     road = below & (xx >= left) & (xx <= right)
-    s.paint(road, rng.uniform(55, 110) * rng.uniform(0.95, 1.05, 3), 7, texture=0.05)
+    s.paint(road, rng.uniform(55, 110) * rng.uniform(0.95, 1.05, 3), ROAD, texture=0.05)
     dashes = road & (np.abs(xx - (vx + (0.5 * (left + right) - vx))) < 0.006 * w * (1 + 4 * tt)) & ((yy // 6) % 3 == 0)
     s.img[dashes] = 230
 
@@ -179,10 +148,10 @@ def _fence_or_wall(s: _Scene) -> None:
         band = (yy >= s.horizon) & (np.abs(xx - edge) < 0.05 * s.w * (0.3 + s.tt))
         band &= (yy < s.horizon + (s.h - s.horizon) * 0.9) & (s.tt > 0.05)
         if rng.random() < 0.5:
-            s.paint(band, rng.uniform(90, 170) * rng.uniform(0.9, 1.1, 3), 12, texture=0.1)  # wall
+            s.paint(band, rng.uniform(90, 170) * rng.uniform(0.9, 1.1, 3), WALL, texture=0.1)  # wall
         else:
             slats = band & ((xx // 3) % 3 == 0)
-            s.paint(slats, rng.uniform([100, 80, 60], [170, 150, 120]), 13)  # fence
+            s.paint(slats, rng.uniform([100, 80, 60], [170, 150, 120]), FENCE)  # fence
 
 
 def _pole(s: _Scene) -> None:
@@ -196,7 +165,7 @@ def _pole(s: _Scene) -> None:
     px = edge_x - 0.5 * s.walk[row, 0] if side else edge_x + 0.5 * s.walk[row, 0]
     ph = (0.25 + 0.4 * t_) * h
     half = max(0.5, 0.004 * w * (0.3 + t_))  # 1-6 px wide at 256-512 px
-    s.paint((np.abs(xx - px) <= half) & (yy <= gy) & (yy >= gy - ph), rng.uniform(90, 160) * np.ones(3), 17)
+    s.paint((np.abs(xx - px) <= half) & (yy <= gy) & (yy >= gy - ph), rng.uniform(90, 160) * np.ones(3), POLE)
     top, size = gy - ph, max(2.0, 0.02 * w * (0.4 + t_))
     if rng.random() < 0.5:  # traffic sign: disc or square
         color = [(220, 30, 30), (240, 240, 240), (30, 80, 200), (240, 200, 20)][int(rng.integers(0, 4))]
@@ -204,10 +173,10 @@ def _pole(s: _Scene) -> None:
             sign = (xx - px) ** 2 + (yy - top) ** 2 < size**2
         else:
             sign = (np.abs(xx - px) < size) & (np.abs(yy - top) < size)
-        s.paint(sign, color, 20)
+        s.paint(sign, color, TRAFFIC_SIGN)
         return
     box = (np.abs(xx - px) < size * 0.6) & (yy > top - size * 1.6) & (yy < top + size * 1.6)  # traffic light
-    s.paint(box, (35, 35, 35), 19)
+    s.paint(box, (35, 35, 35), TRAFFIC_LIGHT)
     lit = int(rng.integers(0, 3))
     for k, color in enumerate([(230, 40, 40), (240, 180, 30), (40, 220, 80)]):
         lamp = (xx - px) ** 2 + (yy - (top - size + k * size)) ** 2 < (size * 0.35) ** 2
@@ -224,12 +193,12 @@ def _car(s: _Scene, t_: float) -> None:
     ch = cw * rng.uniform(0.45, 0.6)
     body = (xx >= cx) & (xx < cx + cw) & (yy < gy - 0.1 * ch) & (yy >= gy - 0.6 * ch)
     cabin = (xx >= cx + 0.2 * cw) & (xx < cx + 0.8 * cw) & (yy < gy - 0.55 * ch) & (yy >= gy - ch)
-    s.paint(body | cabin, rng.uniform(20, 235, 3), 26, texture=0.05)
+    s.paint(body | cabin, rng.uniform(20, 235, 3), CAR, texture=0.05)
     glass = cabin & (yy > gy - 0.93 * ch) & (xx > cx + 0.26 * cw) & (xx < cx + 0.74 * cw)
     s.img[glass] = s.img[glass] * 0.3 + np.asarray([60, 80, 100]) * 0.7
     for wx in (cx + 0.2 * cw, cx + 0.8 * cw):
         wheel = (xx - wx) ** 2 + (yy - (gy - 0.12 * ch)) ** 2 < (0.13 * cw) ** 2
-        s.paint(wheel, (20, 20, 20), 26)
+        s.paint(wheel, (20, 20, 20), CAR)
 
 
 def _person(s: _Scene, t_: float) -> None:
@@ -245,9 +214,9 @@ def _person(s: _Scene, t_: float) -> None:
     legs = (np.abs(xx - px) < pw * 0.35) & (yy <= gy) & (yy > gy - 0.45 * ph) & (np.abs(xx - px) > pw * 0.06)
     torso = (np.abs(xx - px) < pw * 0.5) & (yy <= gy - 0.4 * ph) & (yy > gy - 0.82 * ph)
     head = (xx - px) ** 2 + (yy - (gy - 0.9 * ph)) ** 2 < (0.1 * ph) ** 2
-    s.paint(legs, rng.uniform(20, 120, 3), 24)
-    s.paint(torso, rng.uniform(20, 235, 3), 24, texture=0.1)
-    s.paint(head, rng.uniform([150, 100, 70], [240, 200, 170]), 24)
+    s.paint(legs, rng.uniform(20, 120, 3), PERSON)
+    s.paint(torso, rng.uniform(20, 235, 3), PERSON, texture=0.1)
+    s.paint(head, rng.uniform([150, 100, 70], [240, 200, 170]), PERSON)
 
 
 def _vehicle(s: _Scene, t_: float, label: int) -> None:
@@ -261,14 +230,14 @@ def _vehicle(s: _Scene, t_: float, label: int) -> None:
     vh = vw * rng.uniform(0.5, 0.7)
     if label == 28:  # bus: one tall box, a long row of windows, bright livery
         body = (xx >= vx) & (xx < vx + vw) & (yy < gy - 0.08 * vh) & (yy >= gy - vh)
-        s.paint(body, [(230, 190, 30), (200, 40, 40), (235, 235, 235)][int(rng.integers(0, 3))], 28, texture=0.04)
+        s.paint(body, [(230, 190, 30), (200, 40, 40), (235, 235, 235)][int(rng.integers(0, 3))], BUS, texture=0.04)
         band = body & (yy > gy - 0.85 * vh) & (yy < gy - 0.55 * vh) & (((xx - vx) // max(2, int(vw / 9))) % 2 == 0)
         s.img[band] = (50, 70, 90)
     else:  # truck: a cab in front of a taller cargo box
         cab = (xx >= vx) & (xx < vx + 0.3 * vw) & (yy < gy - 0.08 * vh) & (yy >= gy - 0.65 * vh)
         box = (xx >= vx + 0.32 * vw) & (xx < vx + vw) & (yy < gy - 0.15 * vh) & (yy >= gy - vh)
-        s.paint(cab, rng.uniform(40, 200, 3), 27, texture=0.05)
-        s.paint(box, rng.uniform(170, 240) * np.ones(3), 27, texture=0.03)
+        s.paint(cab, rng.uniform(40, 200, 3), TRUCK, texture=0.05)
+        s.paint(box, rng.uniform(170, 240) * np.ones(3), TRUCK, texture=0.03)
     for wx in (vx + 0.15 * vw, vx + 0.85 * vw):
         wheel = (xx - wx) ** 2 + (yy - (gy - 0.08 * vh)) ** 2 < (0.08 * vw) ** 2
         s.paint(wheel, (20, 20, 20), label)
@@ -281,7 +250,7 @@ def _train(s: _Scene) -> None:
     th, x0 = rng.uniform(0.12, 0.18) * s.h, rng.uniform(-0.2, 0.3) * s.w
     x1 = x0 + rng.uniform(0.5, 0.9) * s.w
     body = (xx >= x0) & (xx < x1) & (yy < gy) & (yy >= gy - th)
-    s.paint(body, rng.uniform([120, 140, 170], [200, 210, 240]), 31, texture=0.03)
+    s.paint(body, rng.uniform([120, 140, 170], [200, 210, 240]), TRAIN, texture=0.03)
     s.img[body & (yy > gy - 0.35 * th) & (yy < gy - 0.22 * th)] = (200, 40, 40)
     windows = body & (yy > gy - 0.85 * th) & (yy < gy - 0.5 * th) & (((xx - x0) // max(2, int(th / 2))) % 2 == 0)
     s.img[windows] = (40, 50, 70)
@@ -292,7 +261,7 @@ def _train(s: _Scene) -> None:
         & (yy >= gy - 1.4 * th)
         & (np.abs(yy - (gy - th - 0.4 * th * np.abs(xx - mid) / max(1, 0.3 * th))) < 1.0),
         (40, 40, 40),
-        31,
+        TRAIN,
     )
 
 
@@ -311,7 +280,7 @@ def _two_wheeler(s: _Scene, t_: float, label: int, ridden: bool) -> None:
     parts = np.zeros((s.h, s.w), bool)
     for wx, wy in wheels:
         d = np.hypot(xx - wx, yy - wy)
-        parts |= (np.abs(d - r) <= thick) if label == 33 else (d <= r)
+        parts |= (np.abs(d - r) <= thick) if label == BICYCLE else (d <= r)
     if label == 33:  # frame: two thin bars
         for y0, y1 in ((gy - r, gy - 2.2 * r), (gy - 2.2 * r, gy - 2.2 * r)):
             on_bar = np.abs(yy - (y0 + (y1 - y0) * (xx - bx) / size)) <= thick
@@ -327,8 +296,8 @@ def _two_wheeler(s: _Scene, t_: float, label: int, ridden: bool) -> None:
         torso = (np.abs(xx - px) < 0.12 * ph) & (yy <= top) & (yy > top - 0.45 * ph)
         head = (xx - px) ** 2 + (yy - (top - 0.55 * ph)) ** 2 < (0.1 * ph) ** 2
         leg = (np.abs(xx - (px + 0.1 * size)) < 0.05 * ph) & (yy <= gy - r) & (yy > top)
-        s.paint(torso | leg, rng.uniform(20, 235, 3), 25, texture=0.1)
-        s.paint(head, rng.uniform([150, 100, 70], [240, 200, 170]), 25)
+        s.paint(torso | leg, rng.uniform(20, 235, 3), RIDER, texture=0.1)
+        s.paint(head, rng.uniform([150, 100, 70], [240, 200, 170]), RIDER)
 
 
 #: the object kinds a scene can hold; ``street_scene(force=k)`` guarantees one of kind ``k``
@@ -355,11 +324,11 @@ def _place(s: _Scene, kind: str, t_: float) -> None:
     if kind in ("car", "person"):
         (_car if kind == "car" else _person)(s, t_)
     elif kind in ("truck", "bus"):
-        _vehicle(s, t_, 27 if kind == "truck" else 28)
+        _vehicle(s, t_, TRUCK if kind == "truck" else BUS)
     elif kind == "rider":
-        _two_wheeler(s, t_, 32 if s.rng.random() < 0.5 else 33, ridden=True)
+        _two_wheeler(s, t_, MOTORCYCLE if s.rng.random() < 0.5 else BICYCLE, ridden=True)
     else:
-        _two_wheeler(s, t_, 33 if kind == "bicycle" else 32, ridden=False)
+        _two_wheeler(s, t_, BICYCLE if kind == "bicycle" else MOTORCYCLE, ridden=False)
 
 
 def street_scene(
@@ -407,78 +376,4 @@ def ensure_synthetic_cityscapes(
                 write_png(root / "leftImg8bit" / split / "synthcity" / f"{stem}_leftImg8bit.png", image)
                 write_png(root / "gtFine" / split / "synthcity" / f"{stem}_gtFine_labelIds.png", labels)
 
-    return _cached("cityscapes-synthetic", params, cache_dir, write)
-
-
-# -- volumes -----------------------------------------------------------------------------------------
-ORGAN_NAMES = ("background", "liver", "kidney", "spleen")
-
-
-def organ_volume(
-    rng: np.random.Generator, shape: Sequence[int], spacing: Sequence[float]
-) -> tuple[np.ndarray, np.ndarray]:
-    """One synthetic CT-like volume ``(D, H, W)`` float32 (Hounsfield-like units) and its uint8 labels."""
-    d, h, w = (int(s) for s in shape)
-    zz, yy, xx = np.meshgrid(*(np.arange(n) * sp for n, sp in zip((d, h, w), spacing)), indexing="ij")
-    extent = np.array([d, h, w]) * np.asarray(spacing)
-    body = ((zz - extent[0] / 2) / (extent[0] * 0.7)) ** 2 + ((yy - extent[1] / 2) / (extent[1] * 0.42)) ** 2 + (
-        (xx - extent[2] / 2) / (extent[2] * 0.45)
-    ) ** 2 < 1
-    vol = np.where(body, 20.0, -900.0)
-    labels = np.zeros((d, h, w), np.uint8)
-    means = {1: 60.0, 2: 110.0, 3: 45.0}
-    for cls, (scale, count) in {1: (0.22, 1), 2: (0.09, 2), 3: (0.12, 1)}.items():
-        for _ in range(count):
-            center = extent * rng.uniform(0.3, 0.7, 3)
-            radii = extent.max() * scale * rng.uniform(0.7, 1.3, 3)
-            radii[0] = max(radii[0], 2.5 * spacing[0])  # at least a few slices thick
-            inside = ((zz - center[0]) / radii[0]) ** 2 + ((yy - center[1]) / radii[1]) ** 2 + (
-                (xx - center[2]) / radii[2]
-            ) ** 2 < 1
-            inside &= body
-            labels[inside] = cls
-            vol[inside] = means[cls] + rng.normal(0, 8)
-    bias = 1.0 + 0.15 * np.cos(zz / extent[0] * np.pi * rng.uniform(0.5, 1.5)) * np.sin(yy / extent[1] * np.pi)
-    vol = vol * bias + rng.normal(0, 15, vol.shape)
-    return vol.astype(np.float32), labels
-
-
-def ensure_synthetic_volumes(
-    cache_dir: str | Path | None = None,
-    *,
-    train: int = 12,
-    val: int = 4,
-    shape: Sequence[int] = (24, 96, 96),
-    spacing: Sequence[float] = (5.0, 0.8, 0.8),
-    seed: int = 0,
-) -> Path:
-    """The embedded volume set as NIfTI files in a decathlon-style folder (``imagesTr``, ``labelsTr``,
-    ``dataset.json``), generated once. The last ``val`` cases form the validation split."""
-    from upzoo.data.volumes import write_nifti
-
-    params = {"train": train, "val": val, "shape": list(shape), "spacing": list(spacing), "seed": seed, "version": 1}
-
-    def write(root: Path) -> None:
-        entries = []
-        for i in range(train + val):
-            rng = np.random.default_rng([seed, i])
-            volume, labels = organ_volume(rng, shape, spacing)
-            name = f"synth_{i:03d}.nii.gz"
-            write_nifti(root / "imagesTr" / name, volume, spacing)
-            write_nifti(root / "labelsTr" / name, labels, spacing)
-            entries.append({"image": f"./imagesTr/{name}", "label": f"./labelsTr/{name}"})
-        (root / "dataset.json").write_text(
-            json.dumps(
-                {
-                    "name": "upzoo synthetic organs",
-                    "modality": {"0": "CT"},
-                    "labels": {str(i): n for i, n in enumerate(ORGAN_NAMES)},
-                    "numTraining": len(entries),
-                    "training": entries,
-                    "validation_count": val,
-                },
-                indent=2,
-            )
-        )
-
-    return _cached("volumes-synthetic", params, cache_dir, write)
+    return cached("cityscapes-synthetic", params, cache_dir, write)
