@@ -16,7 +16,7 @@ from torch import nn
 
 from upzoo import create_upsampler
 from upzoo.bench.artifacts import checkerboard_score, image_checkerboard, overlap_pattern, overlap_unevenness
-from upzoo.bench.compare import bench_blocks, count_flops
+from upzoo.bench.block_table import bench_blocks, count_flops
 from upzoo.bench.memory import peak_memory
 from upzoo.bench.speed import compare_calls, measure_fps, time_call
 from upzoo.upsamplers import CheckerboardWarning

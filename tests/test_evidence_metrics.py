@@ -140,7 +140,8 @@ def test_boundary_fscore_streams_and_ignores():
 def test_seed_intervals_and_paired_differences_match_scipy():
     from scipy import stats
 
-    from upzoo.bench.evidence import paired_difference, parse_variants, seed_interval
+    from upzoo.bench.stats import paired_difference, seed_interval
+    from upzoo.bench.variants import parse_variants
 
     values, base = [0.61, 0.64, 0.62, 0.66], [0.60, 0.61, 0.60, 0.62]
     interval = seed_interval(values)

@@ -438,7 +438,7 @@ def test_random_bytes_are_not_reported_as_a_pickled_payload(tmp_path, capsys):
 
 
 def test_an_interrupted_comparison_cell_is_continued_and_a_foreign_one_refused(tmp_path):
-    from upzoo.bench.evidence import _finished
+    from upzoo.bench.seeded import _finished
     from upzoo.prepare import prepare
 
     recipe = parse_recipe(small_recipe(tmp_path / "cache"))

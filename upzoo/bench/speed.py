@@ -6,8 +6,10 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
 __all__ = ["Timing", "time_call", "compare_calls", "memcpy_bandwidth", "synchronize", "measure_fps", "environment"]
 
@@ -151,3 +153,40 @@ def measure_fps(
         "channels_last": channels_last,
         **environment(device),
     }
+
+
+SPREAD_LIMIT = 0.2  # interquartile range / median above which a timing is flagged
+
+
+def interleaved_fps(calls: dict[str, Callable[[], Any]], batch: int, rounds: int, device: str) -> dict[str, dict]:
+    """FPS of each call from the median of ``rounds`` interleaved timings (each round runs every
+    variant once, so a busy machine slows all alike), the interquartile range, and ``unstable``
+    when the IQR exceeds 20 % of the median."""
+    from upzoo.bench.speed import compare_calls
+
+    timings = compare_calls(calls, warmup=2, runs=rounds, device=device)
+    return {
+        label: {
+            "fps": batch / t.median,
+            "ms": t.median * 1e3,
+            "ms_q1": t.q1 * 1e3,
+            "ms_q3": t.q3 * 1e3,
+            "unstable": t.spread > SPREAD_LIMIT,
+        }
+        for label, t in timings.items()
+    }
+
+
+def inference_call(model: nn.Module, shape: Sequence[int], device: str, amp: str) -> Callable[[], None]:
+    """One inference pass of ``model`` on a fixed input, under the same autocast as everything else."""
+    from upzoo.runtime import autocast
+
+    model = model.to(device).eval()
+    x = torch.randn(*shape, device=device)
+    dev = torch.device(device)
+
+    def run() -> None:
+        with torch.inference_mode(), autocast(amp, dev):
+            model(x)
+
+    return run

@@ -25,7 +25,7 @@ def bench() -> None:
 def bench_blocks_command(shape: str, scale: str, device: str, runs: int, as_json: bool, as_csv: bool) -> None:
     """Every registered upsampler at one input: params, GFLOPs, forward and forward+backward time,
     peak memory of forward+backward, and the checkerboard score of the fresh block."""
-    from upzoo.bench.compare import BLOCK_COLUMNS, bench_blocks, check_block_input, environment_line
+    from upzoo.bench.block_table import BLOCK_COLUMNS, bench_blocks, check_block_input, environment_line
     from upzoo.layers import to_ntuple
 
     check_device(device)
@@ -58,7 +58,7 @@ def bench_model_command(
     """FPS and peak memory (inference, training step, with checkpointing) of RECIPE's model."""
     import torch
 
-    from upzoo.bench.compare import bench_model
+    from upzoo.bench.model_table import bench_model
     from upzoo.models import build_model
     from upzoo.prepare import resolve_model
     from upzoo.recipe import load_recipe
@@ -126,10 +126,12 @@ def bench_compare_command(recipe, upsamplers, seeds, baseline, overrides, out_di
     memory, parameters, GFLOPs. Writes compare.png (error bars), compare.csv, compare.json to --out."""
     from pathlib import Path
 
-    from upzoo.bench.evidence import compare_upsamplers, display_rows, evidence_chart, parse_variants
+    from upzoo.bench.report import write_comparison
+    from upzoo.bench.seeded import compare_upsamplers
+    from upzoo.bench.variants import parse_variants
     from upzoo.recipe import load_recipe
     from upzoo.registry import upsampler_info
-    from upzoo.tables import render_table, to_json
+    from upzoo.tables import to_json
 
     check_device(device)
     variants = parse_variants(upsamplers)
@@ -151,12 +153,7 @@ def bench_compare_command(recipe, upsamplers, seeds, baseline, overrides, out_di
         loaded, variants, out, seeds=seeds, baseline=index, device=device, amp=amp, rounds=rounds,
         progress=not no_progress,
     )  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    table, columns = display_rows(rows)
-    (out / "compare.json").write_text(to_json(rows) + "\n")
-    (out / "compare.csv").write_text(render_table(table, columns, "csv") + "\n")
-    (out / "compare.md").write_text(render_table(table, columns) + "\n")
-    evidence_chart(rows, out / "compare.png")
+    table, columns = write_comparison(rows, out)
     click.echo(f"runs, compare.md/csv/json and compare.png in {out}", err=True)
     if as_json:
         click.echo(to_json(rows))

@@ -35,6 +35,7 @@ def pytorch_formulation():
     """Within this block every call runs the PyTorch formulation, even where the fused kernel would
     (for comparisons and benchmarks; not thread-safe).
 
+    >>> from upzoo import masked_gaussian_blur
     >>> with pytorch_formulation():
     ...     out = masked_gaussian_blur(torch.rand(1, 1, 8, 8), threshold=0.5)
     """

@@ -20,7 +20,7 @@ from torch import nn
 
 from upzoo.errors import ConfigError, DataError, UpzooError
 from upzoo.runs.loaded import LoadedModel
-from upzoo.runtime import main_output, write_error
+from upzoo.runtime import atomic_write, main_output
 
 __all__ = ["ExportError", "export_model", "check_sizes", "TOLERANCE"]
 
@@ -194,6 +194,30 @@ def _runner(fmt: str, path: Path):
 FORMATS = ("onnx", "exported-program")
 
 
+def _write_verified(
+    fmt: str, model: nn.Module, example: torch.Tensor, tmp: Path, opset: int | None, shapes: list, scratch: Path
+) -> list[dict[str, Any]]:
+    """Write the export to ``tmp`` and check it at ``shapes``; the checks, or ``ExportError`` naming
+    the block that does not export or differs (an ``OSError`` is the disk's, not a block's)."""
+    try:
+        _write(fmt, model, example, tmp, opset)
+        checks = _verify(model, _runner(fmt, tmp), shapes)
+    except (ConfigError, ExportError, OSError):
+        raise
+    except Exception as exc:
+        where = _culprit(model, example, fmt, scratch)
+        detail = where or f"the model fails: {_reason(exc)}"
+        raise ExportError(f"cannot export {type(model).__name__} to {fmt}: {detail}; nothing was written") from None
+    bad = [c for c in checks if not c["ok"]]
+    if bad:
+        where = _culprit(model, example, fmt, scratch)
+        raise ExportError(
+            f"the {fmt} export of {type(model).__name__} differs from PyTorch by {bad[0]['max_abs_diff']:.3g} at "
+            f"input {bad[0]['input']} (limit {TOLERANCE:g}){'; ' + where if where else ''}; nothing was written"
+        )
+    return checks
+
+
 def _check_target(out: Path, fmt: str, overwrite: bool) -> None:
     """An export goes to a file of its own kind: never over a checkpoint, over an existing file
     only with ``overwrite``."""
@@ -228,38 +252,11 @@ def export_model(
     model = loaded.model.float().cpu().eval()
     out = Path(out) if out is not None else _default_out(loaded, fmt)
     _check_target(out, fmt, overwrite)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise write_error(out, exc) from None
     shapes = check_sizes(loaded)
     example = torch.randn(shapes[0], generator=torch.Generator().manual_seed(1))
-    tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
-    try:
-        try:
-            _write(fmt, model, example, tmp, opset)
-            checks = _verify(model, _runner(fmt, tmp), shapes)
-        except (ConfigError, ExportError, OSError):
-            raise
-        except Exception as exc:
-            where = _culprit(model, example, fmt, out.parent)
-            detail = where or f"the model fails: {_reason(exc)}"
-            raise ExportError(f"cannot export {type(model).__name__} to {fmt}: {detail}; nothing was written") from None
-        bad = [c for c in checks if not c["ok"]]
-        if bad:
-            where = _culprit(model, example, fmt, out.parent)
-            raise ExportError(
-                f"the {fmt} export of {type(model).__name__} differs from PyTorch by {bad[0]['max_abs_diff']:.3g} at "
-                f"input {bad[0]['input']} (limit {TOLERANCE:g}){'; ' + where if where else ''}; nothing was written"
-            )
-        try:
-            os.replace(tmp, out)
-        except OSError as exc:
-            raise write_error(out, exc) from None
-    except OSError as exc:  # writing the temporary file: a full or read-only disk, not a block
-        raise write_error(out, exc) from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    checks: list[dict[str, Any]] = []
+    # written to a temporary file, verified there, renamed only when every check passes
+    atomic_write(out, lambda tmp: checks.extend(_write_verified(fmt, model, example, tmp, opset, shapes, out.parent)))
     return {
         "path": str(out),
         "format": fmt,

@@ -96,6 +96,30 @@ def per_stage(value: Any, n: int, name: str, default: Any) -> list[Any]:
     return [value] * n
 
 
+def _check_arguments(
+    spatial_dims, in_channels, num_classes, encoder_depth, channels, decoder_channels, input_policy
+) -> None:
+    """UNet's arguments, checked once with the value named.
+
+    Raises:
+        ConfigError: a value of the wrong type or range (an empty list is not "unset").
+    """
+    if spatial_dims not in (2, 3) or isinstance(spatial_dims, bool):
+        raise ConfigError(f"UNet supports spatial_dims 2 or 3, got {spatial_dims!r}")
+    check_positive_int(in_channels, "in_channels")
+    check_positive_int(num_classes, "num_classes")
+    check_positive_int(encoder_depth, "encoder_depth")
+    for key, values in (("channels", channels), ("decoder_channels", decoder_channels)):
+        if values is not None and (isinstance(values, (str, bytes)) or not isinstance(values, Sequence)):
+            raise ConfigError(f"UNet {key} must be a list of positive ints or None, got {values!r}")
+        if values is not None and len(values) == 0:
+            raise ConfigError(f"UNet {key} is an empty list; give one width per stage, or None for the default")
+        for i, value in enumerate(values or ()):
+            check_positive_int(value, f"{key}[{i}]")
+    if input_policy not in ("pad", "strict"):
+        raise ConfigError(f"input_policy must be 'pad' or 'strict', got {input_policy!r}")
+
+
 class UNet(nn.Module):
     """U-Net: encoder -> decoder of :class:`DecoderStage` -> 1x1 head (-> optional post-filter).
 
@@ -154,20 +178,9 @@ class UNet(nn.Module):
         deep_supervision: bool = False,
     ) -> None:
         super().__init__()
-        if spatial_dims not in (2, 3):
-            raise ConfigError(f"UNet supports spatial_dims 2 or 3, got {spatial_dims!r}")
-        check_positive_int(in_channels, "in_channels")
-        check_positive_int(num_classes, "num_classes")
-        check_positive_int(encoder_depth, "encoder_depth")
-        for key, values in (("channels", channels), ("decoder_channels", decoder_channels)):
-            if values is not None and (isinstance(values, (str, bytes)) or not isinstance(values, Sequence)):
-                raise ConfigError(f"UNet {key} must be a list of positive ints or None, got {values!r}")
-            if values is not None and len(values) == 0:
-                raise ConfigError(f"UNet {key} is an empty list; give one width per stage, or None for the default")
-            for i, value in enumerate(values or ()):
-                check_positive_int(value, f"{key}[{i}]")
-        if input_policy not in ("pad", "strict"):
-            raise ConfigError(f"input_policy must be 'pad' or 'strict', got {input_policy!r}")
+        _check_arguments(
+            spatial_dims, in_channels, num_classes, encoder_depth, channels, decoder_channels, input_policy
+        )
         self.spatial_dims, self.in_channels, self.num_classes = spatial_dims, in_channels, num_classes
         self.input_policy, self.checkpointing, self.deep_supervision = input_policy, checkpointing, deep_supervision
         self.encoder: Encoder = create_encoder(
@@ -191,17 +204,11 @@ class UNet(nn.Module):
             else None
         )
         self.post_filter = (
-            create_upsampler(
-                post_filter,
-                spatial_dims=spatial_dims,
-                in_channels=num_classes,
-                out_channels=num_classes,
-                scale=1,
-                **(post_filter_options or {}),
-            )
+            create_upsampler(post_filter, spatial_dims=spatial_dims, in_channels=num_classes,
+                             out_channels=num_classes, scale=1, **(post_filter_options or {}))
             if post_filter
             else None
-        )
+        )  # fmt: skip
         self.size_rules: tuple[AxisRule, ...] = tuple(self._axis_rule(a) for a in range(spatial_dims))
 
     def _build_decoder(self, encoder, upsampler, upsampler_options, decoder_channels, norm, act) -> list[int]:

@@ -1,148 +1,33 @@
 """``bench compare``: upsamplers trained side by side with several seeds, so that a difference can
-be told from seed noise. Per variant: mean ± std and a 95 % confidence interval of each quality
-metric over the seeds, the paired difference to a baseline variant (same seeds) with its interval
-and whether it lies outside the seed noise; speed measured interleaved across the variants (each
-round runs every variant once), with median, interquartile range and a flag when the spread is
-large; parameters and FLOPs."""
+be told from seed noise. One cell is one variant x seed, trained into ``OUT/<variant>/seed<k>``; a
+finished cell of the same recipe is reused, an interrupted one resumed, a foreign one refused. Per
+variant: the quality metrics over the seeds (:mod:`.stats`), speed measured interleaved across the
+variants, parameters and FLOPs. The tables and chart: :mod:`.report`."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
+from upzoo.bench.speed import inference_call, interleaved_fps
+from upzoo.bench.stats import paired_difference, seed_interval
+from upzoo.bench.variants import Variant
 from upzoo.errors import ConfigError, UpzooError
 from upzoo.sections import MAX_SEED
 
-__all__ = ["Variant", "parse_variants", "seed_interval", "paired_difference", "interleaved_fps", "THIN_CLASSES"]
-
-#: the Cityscapes classes that are thin or small: where upsamplers differ (their mean IoU is reported)
-THIN_CLASSES = ("pole", "traffic light", "traffic sign", "person", "rider", "motorcycle", "bicycle")
-SPREAD_LIMIT = 0.2  # interquartile range / median above which a timing is flagged
-
-
-@dataclass(frozen=True)
-class Variant:
-    """An upsampler with options: ``interp_conv:mode=bilinear`` -> ``Variant("interp_conv", {...})``."""
-
-    name: str
-    options: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        return self.name + "".join(f" {k}={v}" for k, v in self.options.items())
-
-
-def parse_variants(text: str) -> list[Variant]:
-    """``"transposed,interp_conv:mode=bilinear,sapa:variant=inner"`` -> variants (values as YAML).
-
-    Raises:
-        ConfigError: empty names, a malformed option, a variant given twice.
-    """
-    from upzoo.config import parse_yaml
-
-    variants = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        name, _, rest = part.partition(":")
-        options = {}
-        for pair in filter(None, rest.split(":")):
-            key, eq, value = pair.partition("=")
-            if not eq or not key.strip():
-                raise ConfigError(f"--upsamplers: {part!r} has a malformed option {pair!r}; use NAME:KEY=VALUE")
-            options[key.strip()] = parse_yaml(value, f"--upsamplers {part}")
-        variants.append(Variant(name.strip(), options))
-    if not variants:
-        raise ConfigError(f"--upsamplers takes comma-separated block names such as transposed,dysample, got {text!r}")
-    labels = [v.label for v in variants]
-    if len(set(labels)) != len(labels):
-        raise ConfigError(f"--upsamplers names a variant twice: {text!r}")
-    return variants
-
-
-def _t975(n: int) -> float:
-    """The 97.5 % quantile of Student's t with ``n - 1`` degrees of freedom."""
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, n - 1))
-
-
-def seed_interval(values: Sequence[float]) -> dict[str, float]:
-    """Mean, sample std and the 95 % confidence interval of the mean (Student's t) of per-seed values.
-
-    >>> r = seed_interval([0.5, 0.6, 0.7])
-    >>> round(r["mean"], 3), round(r["std"], 3), round(r["ci_low"], 3), round(r["ci_high"], 3)
-    (0.6, 0.1, 0.352, 0.848)
-    """
-    finite = [float(v) for v in values if v is not None and not math.isnan(v)]  # NaN: undefined, left out
-    if not finite or any(math.isinf(v) for v in finite):  # e.g. HD95 of a seed that missed a class
-        mean = math.inf if finite else math.nan
-        return {"mean": mean, "std": math.nan, "ci_low": math.nan, "ci_high": math.nan}
-    mean = statistics.fmean(finite)
-    if len(finite) < 2:
-        return {"mean": mean, "std": math.nan, "ci_low": math.nan, "ci_high": math.nan}
-    std = statistics.stdev(finite)
-    half = _t975(len(finite)) * std / math.sqrt(len(finite))
-    return {"mean": mean, "std": std, "ci_low": mean - half, "ci_high": mean + half}
-
-
-def paired_difference(values: Sequence[float], baseline: Sequence[float]) -> dict[str, Any]:
-    """The per-seed difference ``values - baseline`` (same seeds): its mean, 95 % interval and
-    whether the interval excludes 0 (the difference is outside the seed noise)."""
-    diffs = [a - b for a, b in zip(values, baseline) if math.isfinite(a) and math.isfinite(b)]
-    interval = seed_interval(diffs)
-    outside = len(diffs) > 1 and (interval["ci_low"] > 0 or interval["ci_high"] < 0)
-    return {
-        "diff": interval["mean"],
-        "diff_low": interval["ci_low"],
-        "diff_high": interval["ci_high"],
-        "beyond": outside,
-    }
-
-
-def interleaved_fps(calls: dict[str, Callable[[], Any]], batch: int, rounds: int, device: str) -> dict[str, dict]:
-    """FPS of each call from the median of ``rounds`` interleaved timings (each round runs every
-    variant once, so a busy machine slows all alike), the interquartile range, and ``unstable``
-    when the IQR exceeds 20 % of the median."""
-    from upzoo.bench.speed import compare_calls
-
-    timings = compare_calls(calls, warmup=2, runs=rounds, device=device)
-    return {
-        label: {
-            "fps": batch / t.median,
-            "ms": t.median * 1e3,
-            "ms_q1": t.q1 * 1e3,
-            "ms_q3": t.q3 * 1e3,
-            "unstable": t.spread > SPREAD_LIMIT,
-        }
-        for label, t in timings.items()
-    }
-
-
-def inference_call(model: nn.Module, shape: Sequence[int], device: str, amp: str) -> Callable[[], None]:
-    """One inference pass of ``model`` on a fixed input, under the same autocast as everything else."""
-    from upzoo.runtime import autocast
-
-    model = model.to(device).eval()
-    x = torch.randn(*shape, device=device)
-    dev = torch.device(device)
-
-    def run() -> None:
-        with torch.inference_mode(), autocast(amp, dev):
-            model(x)
-
-    return run
-
+__all__ = ["THIN_CLASSES", "check_variants", "train_seeds", "compare_upsamplers"]
 
 QUALITY_2D = ("miou", "boundary_iou", "boundary_fscore", "thin_iou")
 QUALITY_3D = ("mean_dice", "hd95", "surface_dice", "miou")
+
+
+#: the Cityscapes classes that are thin or small: where upsamplers differ (their mean IoU is reported)
+THIN_CLASSES = ("pole", "traffic light", "traffic sign", "person", "rider", "motorcycle", "bicycle")
 
 
 def check_variants(recipe: Any, variants: Sequence[Variant]) -> None:
@@ -283,7 +168,8 @@ def compare_upsamplers(
     differences are paired), then time them interleaved; one row per variant."""
     from tqdm import tqdm
 
-    from upzoo.bench.compare import bench_model, count_flops
+    from upzoo.bench.block_table import count_flops
+    from upzoo.bench.model_table import bench_model
     from upzoo.models import build_model
 
     if not 0 <= baseline < len(variants):
@@ -328,85 +214,3 @@ def _input_shape(prepared: Any) -> tuple[int, ...]:
     bundle, data = prepared.data, prepared.recipe.data
     sample = (bundle.val or bundle.train)[0]["image"]
     return (1, *sample.shape) if data.kind != "volumes" else (1, sample.shape[0], *data.crop_size)
-
-
-TITLES = {
-    "miou": "mIoU",
-    "boundary_iou": "Boundary IoU",
-    "boundary_fscore": "Boundary F",
-    "thin_iou": "thin IoU",
-    "mean_dice": "Dice",
-    "hd95": "HD95 mm",
-    "surface_dice": "surface Dice",
-}
-
-
-def quality_keys(rows: list[dict[str, Any]]) -> list[str]:
-    return [key for key in TITLES if f"{key}_mean" in rows[0]]
-
-
-def _cell(mean: float, std: float) -> str:
-    return f"{mean:.3f} ± {std:.3f}" if math.isfinite(std) else f"{mean:.3f}"
-
-
-def _diff_cell(row: dict[str, Any], key: str) -> str:
-    if f"{key}_diff" not in row:
-        return "(baseline)"
-    d, lo, hi = row[f"{key}_diff"], row[f"{key}_diff_low"], row[f"{key}_diff_high"]
-    flag = " **beyond noise**" if row[f"{key}_beyond"] else ""
-    return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]{flag}" if math.isfinite(lo) else f"{d:+.3f}"
-
-
-def display_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, str]], list[str]]:
-    """The table people read: mean ± std per metric, the paired difference to the baseline with its
-    95 % interval, speed (median and IQR, ``!`` when unstable), memory, parameters, GFLOPs."""
-    keys = quality_keys(rows)
-    table = []
-    for row in rows:
-        line = {"upsampler": row["upsampler"]}
-        for key in keys:
-            line[TITLES[key]] = _cell(row[f"{key}_mean"], row[f"{key}_std"])
-        for key in keys:
-            line[f"Δ {TITLES[key]}"] = _diff_cell(row, key)
-        spread = f" (IQR {row['ms_q1']:.1f}-{row['ms_q3']:.1f} ms){' !' if row['unstable'] else ''}"
-        line["ms / image"] = f"{row['ms']:.1f}{spread}"
-        line.update(
-            peak_train_MiB=f"{row['peak_train_mib']:.0f}", params=str(row["params"]), GFLOPs=f"{row['gflops']:.2f}"
-        )
-        table.append(line)
-    return table, list(table[0])
-
-
-def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
-    """One bar chart per quality metric (mean, 95 % interval as error bars, each seed as a dot) and
-    the inference time (median, interquartile range as error bars), as one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = quality_keys(rows)
-    names = [r["upsampler"] for r in rows]
-    fig, axes = plt.subplots(1, len(keys) + 1, figsize=(3.4 * (len(keys) + 1), 3.8))
-    for ax, key in zip(axes, keys):
-        means = [r[f"{key}_mean"] for r in rows]
-        low = [m - r[f"{key}_ci_low"] if math.isfinite(r[f"{key}_ci_low"]) else 0 for m, r in zip(means, rows)]
-        high = [r[f"{key}_ci_high"] - m if math.isfinite(r[f"{key}_ci_high"]) else 0 for m, r in zip(means, rows)]
-        ax.bar(names, means, yerr=[low, high], capsize=4, color="#4c72b0", label="mean, 95 % CI")
-        for i, r in enumerate(rows):
-            ax.plot(
-                [i] * len(r[f"{key}_per_seed"]), r[f"{key}_per_seed"], "k.", ms=4, label="seeds" if i == 0 else None
-            )
-        ax.set_title(f"{TITLES[key]} ({rows[0]['seeds']} seeds)")
-        ax.tick_params(axis="x", rotation=40)
-    ax = axes[-1]
-    ms = [r["ms"] for r in rows]
-    err = [[m - r["ms_q1"] for m, r in zip(ms, rows)], [r["ms_q3"] - m for m, r in zip(ms, rows)]]
-    ax.bar(names, ms, yerr=err, capsize=4, color="#dd8452", label="median, IQR")
-    ax.set_title("inference ms / image")
-    ax.tick_params(axis="x", rotation=40)
-    for a in axes:
-        a.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

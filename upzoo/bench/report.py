@@ -1,0 +1,112 @@
+"""The report of a seeded comparison: display rows (mean ± std, paired differences marked when
+beyond the seed noise), the error-bar chart, and the files ``compare.json/csv/md`` and
+``compare.png`` written into the comparison's folder."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+__all__ = ["quality_keys", "display_rows", "evidence_chart", "write_comparison"]
+
+
+TITLES = {
+    "miou": "mIoU",
+    "boundary_iou": "Boundary IoU",
+    "boundary_fscore": "Boundary F",
+    "thin_iou": "thin IoU",
+    "mean_dice": "Dice",
+    "hd95": "HD95 mm",
+    "surface_dice": "surface Dice",
+}
+
+
+def quality_keys(rows: list[dict[str, Any]]) -> list[str]:
+    return [key for key in TITLES if f"{key}_mean" in rows[0]]
+
+
+def _cell(mean: float, std: float) -> str:
+    return f"{mean:.3f} ± {std:.3f}" if math.isfinite(std) else f"{mean:.3f}"
+
+
+def _diff_cell(row: dict[str, Any], key: str) -> str:
+    if f"{key}_diff" not in row:
+        return "(baseline)"
+    d, lo, hi = row[f"{key}_diff"], row[f"{key}_diff_low"], row[f"{key}_diff_high"]
+    flag = " **beyond noise**" if row[f"{key}_beyond"] else ""
+    return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]{flag}" if math.isfinite(lo) else f"{d:+.3f}"
+
+
+def display_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, str]], list[str]]:
+    """The table people read: mean ± std per metric, the paired difference to the baseline with its
+    95 % interval, speed (median and IQR, ``!`` when unstable), memory, parameters, GFLOPs."""
+    keys = quality_keys(rows)
+    table = []
+    for row in rows:
+        line = {"upsampler": row["upsampler"]}
+        for key in keys:
+            line[TITLES[key]] = _cell(row[f"{key}_mean"], row[f"{key}_std"])
+        for key in keys:
+            line[f"Δ {TITLES[key]}"] = _diff_cell(row, key)
+        spread = f" (IQR {row['ms_q1']:.1f}-{row['ms_q3']:.1f} ms){' !' if row['unstable'] else ''}"
+        line["ms / image"] = f"{row['ms']:.1f}{spread}"
+        line.update(
+            peak_train_MiB=f"{row['peak_train_mib']:.0f}", params=str(row["params"]), GFLOPs=f"{row['gflops']:.2f}"
+        )
+        table.append(line)
+    return table, list(table[0])
+
+
+def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
+    """One bar chart per quality metric (mean, 95 % interval as error bars, each seed as a dot) and
+    the inference time (median, interquartile range as error bars), as one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = quality_keys(rows)
+    names = [r["upsampler"] for r in rows]
+    fig, axes = plt.subplots(1, len(keys) + 1, figsize=(3.4 * (len(keys) + 1), 3.8))
+    for ax, key in zip(axes, keys):
+        means = [r[f"{key}_mean"] for r in rows]
+        low = [m - r[f"{key}_ci_low"] if math.isfinite(r[f"{key}_ci_low"]) else 0 for m, r in zip(means, rows)]
+        high = [r[f"{key}_ci_high"] - m if math.isfinite(r[f"{key}_ci_high"]) else 0 for m, r in zip(means, rows)]
+        ax.bar(names, means, yerr=[low, high], capsize=4, color="#4c72b0", label="mean, 95 % CI")
+        for i, r in enumerate(rows):
+            ax.plot(
+                [i] * len(r[f"{key}_per_seed"]), r[f"{key}_per_seed"], "k.", ms=4, label="seeds" if i == 0 else None
+            )
+        ax.set_title(f"{TITLES[key]} ({rows[0]['seeds']} seeds)")
+        ax.tick_params(axis="x", rotation=40)
+    ax = axes[-1]
+    ms = [r["ms"] for r in rows]
+    err = [[m - r["ms_q1"] for m, r in zip(ms, rows)], [r["ms_q3"] - m for m, r in zip(ms, rows)]]
+    ax.bar(names, ms, yerr=err, capsize=4, color="#dd8452", label="median, IQR")
+    ax.set_title("inference ms / image")
+    ax.tick_params(axis="x", rotation=40)
+    for a in axes:
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_comparison(rows: list[dict[str, Any]], out: str | Path) -> tuple[list[dict[str, str]], list[str]]:
+    """Write ``compare.json`` (every number), ``compare.csv`` and ``compare.md`` (the display table) and
+    ``compare.png`` (the chart) into ``out`` atomically; returns the display table and its columns."""
+    from upzoo.runtime import atomic_write
+    from upzoo.tables import render_table, to_json
+
+    out = Path(out)
+    table, columns = display_rows(rows)
+    texts = {
+        "compare.json": to_json(rows) + "\n",
+        "compare.csv": render_table(table, columns, "csv") + "\n",
+        "compare.md": render_table(table, columns) + "\n",
+    }
+    for name, text in texts.items():
+        atomic_write(out / name, lambda tmp, text=text: tmp.write_text(text))
+    atomic_write(out / "compare.png", lambda tmp: evidence_chart(rows, tmp))
+    return table, columns

@@ -1,0 +1,51 @@
+"""The variants of a comparison: ``NAME`` or ``NAME:KEY=VALUE,...`` strings parsed into upsampler
+names with options and labels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from upzoo.errors import ConfigError
+
+__all__ = ["Variant", "parse_variants"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An upsampler with options: ``interp_conv:mode=bilinear`` -> ``Variant("interp_conv", {...})``."""
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.name + "".join(f" {k}={v}" for k, v in self.options.items())
+
+
+def parse_variants(text: str) -> list[Variant]:
+    """``"transposed,interp_conv:mode=bilinear,sapa:variant=inner"`` -> variants (values as YAML).
+
+    Raises:
+        ConfigError: empty names, a malformed option, a variant given twice.
+    """
+    from upzoo.config import parse_yaml
+
+    variants = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, _, rest = part.partition(":")
+        options = {}
+        for pair in filter(None, rest.split(":")):
+            key, eq, value = pair.partition("=")
+            if not eq or not key.strip():
+                raise ConfigError(f"--upsamplers: {part!r} has a malformed option {pair!r}; use NAME:KEY=VALUE")
+            options[key.strip()] = parse_yaml(value, f"--upsamplers {part}")
+        variants.append(Variant(name.strip(), options))
+    if not variants:
+        raise ConfigError(f"--upsamplers takes comma-separated block names such as transposed,dysample, got {text!r}")
+    labels = [v.label for v in variants]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"--upsamplers names a variant twice: {text!r}")
+    return variants
