@@ -44,3 +44,19 @@ def small_recipe(
         },
         "train": {"max_steps": 1, **(train or {})},
     }
+
+
+def run_cli(*args: str):
+    """``upzoo ARGS`` through the console script's ``main`` in this process (no interpreter start-up),
+    as a ``CompletedProcess`` with the exit code, stdout and stderr."""
+    import subprocess
+
+    import click
+    from click.testing import CliRunner
+
+    from upzoo.cli import main
+
+    result = CliRunner().invoke(
+        click.Command("w", callback=lambda: main([str(a) for a in args])), [], catch_exceptions=False
+    )
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)

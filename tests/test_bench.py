@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 import warnings
 
 import pytest
@@ -113,7 +112,14 @@ def test_bench_blocks_rows():
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "upzoo", *args], capture_output=True, text=True)
+    """``upzoo ARGS`` through the console script's ``main`` in this process (no interpreter start-up)."""
+    import click
+    from click.testing import CliRunner
+
+    from upzoo.cli import main
+
+    result = CliRunner().invoke(click.Command("w", callback=lambda: main(list(args))), [], catch_exceptions=False)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def test_bench_commands(tmp_path):

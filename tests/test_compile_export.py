@@ -26,10 +26,20 @@ ort = pytest.importorskip("onnxruntime")
 SIZES = {2: [(6, 7), (9, 5)], 3: [(4, 5, 6), (5, 7, 3)]}
 
 
+#: One block (and dims) per formulation runs by default: transposed conv, pixel shuffle, resize+conv,
+#: resize, grid sampling (DySample), reassembly (CARAFE), similarity reassembly (SAPA), and the masked
+#: blur's custom op in 2D and 3D. The rest of the matrix runs under ``-m slow`` (CI runs both).
+DEFAULT_BLOCKS = {
+    ("transposed", 3), ("pixel_shuffle", 2), ("interp_conv", 2), ("interpolate", 3), ("dysample", 2),
+    ("carafe", 2), ("sapa", 2), ("masked_blur", 2), ("masked_blur", 3),
+}  # fmt: skip
+
+
 def _block_cases():
     for name in list_upsamplers():
         for dims in upsampler_info(name).spatial_dims:
-            yield pytest.param(name, dims, id=f"{name}-{dims}d")
+            marks = () if (name, dims) in DEFAULT_BLOCKS else (pytest.mark.slow,)
+            yield pytest.param(name, dims, id=f"{name}-{dims}d", marks=marks)
 
 
 def _block(name: str, dims: int):
@@ -168,7 +178,7 @@ def _model(key: str):
     return model, shapes
 
 
-@pytest.mark.parametrize("key", list(MODELS))
+@pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.slow) if k == "smp-unet" else k for k in MODELS])
 def test_model_onnx_matches_pytorch_at_sizes_that_need_padding(key, tmp_path):
     model, shapes = _model(key)
     model.eval()

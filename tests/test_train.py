@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import run_cli
 
 from upzoo.errors import ConfigError, DataError, TrainingError
 from upzoo.recipe import load_recipe, parse_recipe
@@ -87,24 +88,8 @@ def shrink(path: Path, cache: str) -> list[str]:
 def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     loaded = load_recipe(recipe)
     assert loaded.model.architecture in ("unet", "dcgan") and loaded.data.root is None
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "upzoo",
-            "train",
-            str(recipe),
-            "--out",
-            str(tmp_path / "run"),
-            "--no-progress",
-            "--json",
-            *shrink(recipe, cache),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    summary = json.loads(result.stdout)
+    overrides = [value for value in shrink(recipe, cache) if value != "--set"]
+    summary = train(load_recipe(recipe, overrides), tmp_path / "run", progress=False)  # in-process: no start-up
     assert summary["steps"] == 2
     run = tmp_path / "run"
     assert (run / "recipe.yaml").is_file() and (run / "metrics.csv").is_file() and (run / "last.pt").is_file()
@@ -114,6 +99,20 @@ def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     else:
         assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
         assert 0 <= summary["val"]["miou"] <= 1
+
+
+def test_the_train_command_runs_a_recipe_end_to_end(cache, tmp_path):
+    """The one subprocess smoke test of `upzoo train`: console script, overrides, --json on stdout."""
+    recipe = ROOT / "recipes" / "quickstart.yaml"
+    result = subprocess.run(
+        [sys.executable, "-m", "upzoo", "train", str(recipe), "--out", str(tmp_path / "run"), "--no-progress",
+         "--json", *shrink(recipe, cache)],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout)
+    assert summary["steps"] == 2 and 0 <= summary["val"]["miou"] <= 1 and summary["run_dir"] == str(tmp_path / "run")
 
 
 def test_volume_recipe_plans_anisotropic_strides_from_the_spacing(cache, tmp_path):
@@ -172,9 +171,7 @@ def test_resume_from_a_corrupt_checkpoint_is_a_one_line_error(cache, tmp_path):
     train(recipe, tmp_path / "run", progress=False)
     last = tmp_path / "run" / "last.pt"
     last.write_bytes(last.read_bytes()[:-100])
-    result = subprocess.run(
-        [sys.executable, "-m", "upzoo", "train", "--resume", str(tmp_path / "run")], capture_output=True, text=True
-    )
+    result = run_cli("train", "--resume", tmp_path / "run")
     assert result.returncode == 1 and "truncated or corrupt and was not loaded" in result.stderr
     assert "Traceback" not in result.stderr and (tmp_path / "run" / "best.pt").is_file()
 
@@ -229,11 +226,7 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(cache, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads(resumed.stdout)["steps"] == step + 2
     assert sorted(losses(run)) == list(range(1, step + 3))
-    refused = subprocess.run(
-        [sys.executable, "-m", "upzoo", "train", str(path), "--resume", str(run), "--set", "model.upsampler=dysample"],
-        capture_output=True,
-        text=True,
-    )
+    refused = run_cli("train", path, "--resume", run, "--set", "model.upsampler=dysample")
     assert refused.returncode == 1 and "cannot change model.upsampler" in refused.stderr
 
 
@@ -269,8 +262,19 @@ def test_bad_recipes_fail_with_their_path(tmp_path, content, message):
     path.write_text(yaml.safe_dump(content))
     with pytest.raises(ConfigError, match=message):
         load_recipe(path)
-    result = subprocess.run([sys.executable, "-m", "upzoo", "train", str(path)], capture_output=True, text=True)
-    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    code, err = _main_in_process(["train", str(path)])
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err and err.startswith("error: ")
+
+
+def _main_in_process(args: list[str]) -> tuple[int, str]:
+    """``upzoo ARGS`` through the console script's ``main``, in this process: (exit code, stderr)."""
+    import click
+    from click.testing import CliRunner
+
+    from upzoo.cli import main
+
+    result = CliRunner().invoke(click.Command("w", callback=lambda: main(args)), [], catch_exceptions=False)
+    return result.exit_code, result.stderr
 
 
 def test_overrides_and_invalid_yaml(tmp_path):
@@ -293,19 +297,11 @@ def test_eval_of_a_checkpoint_matches_the_runs_own_validation(cache, tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe_dict))
     summary = train(parse_recipe(recipe_dict), tmp_path / "run", progress=False)
-    result = subprocess.run(
-        [sys.executable, "-m", "upzoo", "eval", str(path), "--checkpoint", str(tmp_path / "run" / "last.pt"), "--json"],
-        capture_output=True,
-        text=True,
-    )
+    result = run_cli("eval", path, "--checkpoint", tmp_path / "run" / "last.pt", "--json")
     assert result.returncode == 0, result.stderr
     evaluated = json.loads(result.stdout)
     assert evaluated["miou"] == pytest.approx(summary["val"]["miou"], abs=1e-9)
-    table = subprocess.run(
-        [sys.executable, "-m", "upzoo", "eval", str(path), "--checkpoint", str(tmp_path / "run" / "best.pt")],
-        capture_output=True,
-        text=True,
-    ).stdout
+    table = run_cli("eval", path, "--checkpoint", tmp_path / "run" / "best.pt").stdout
     assert "| road |" in table and "mIoU" in table
 
 
@@ -461,6 +457,7 @@ def test_tensorboard_logger_writes_event_files_tensorboard_reads(cache, tmp_path
         parse_recipe(tiny(cache, loggers=["tensorboard"]))
 
 
+@pytest.mark.slow  # DDP itself is tested by the segmentation case in the default run
 def test_gan_under_ddp(cache, tmp_path):
     recipe = {
         "model": {
