@@ -121,7 +121,7 @@ CLI_CASES = [
     ),
     (
         ("shapes", "block", "transposed", "--input", "1x8x4x4", "-o", "bias=[1]"),
-        "transposed.bias: expected bool, got [1]",
+        "transposed.bias: expected true or false, got [1] (list)",
         1,
     ),
     (("shapes", "block", "transposed", "--input", "1x8x4.5x4"), "--input must look like 1x3x512x1024", 2),

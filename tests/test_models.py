@@ -256,7 +256,7 @@ def test_build_model_validates_the_spec():
     )
     with pytest.raises(ConfigError, match=r"model.upsamplr: unknown key.*did you mean 'upsampler'\?"):
         build_model({"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 2, "upsamplr": "x"})
-    with pytest.raises(ConfigError, match="model.num_classes: expected int, got '4' \\(str\\)"):
+    with pytest.raises(ConfigError, match="model.num_classes: expected a whole number, got '4' \\(str\\)"):
         build_model({"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": "4"})
     with pytest.raises(ConfigError, match="model: missing required key\\(s\\): num_classes"):
         build_model({"architecture": "unet", "spatial_dims": 2, "in_channels": 3})

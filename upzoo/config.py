@@ -1,32 +1,49 @@
-"""Validating plain data (YAML, JSON, ``--set`` overrides) against type hints, once, at the edge.
+"""Validating plain data (YAML, JSON, ``--set`` overrides, keyword arguments) once, at the edge,
+with pydantic — recipe sections as models (:mod:`upzoo.sections`), model and block options against
+the constructors' own signatures and type hints — and the one formatter that turns every problem into
+``path: expected X, got V (type)``; plus strict YAML reading.
 
-Errors name the path of the offending key (``train.lr``), what was expected and what came, and
-suggest the closest known key for a typo.
+Types are checked strictly: a boolean is not a number, text is not a number, a number is not a
+boolean; a list is accepted where a sequence is expected and an int where a float is.
 """
 
 from __future__ import annotations
 
-import collections.abc
-import dataclasses
+import functools
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union
 
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
 from upzoo.errors import ConfigError, did_you_mean
 
-_SEQUENCES = (list, tuple, collections.abc.Sequence)
-_MAPPINGS = (dict, collections.abc.Mapping)
+__all__ = [
+    "describe_type",
+    "check_value",
+    "validate_kwargs",
+    "type_hints",
+    "config_error",
+    "shown",
+    "parse_yaml",
+    "read_yaml_file",
+]
 
-__all__ = ["check_type", "type_hints", "validate_kwargs", "from_dict", "describe_type", "parse_yaml", "read_yaml_file"]
+_STRICT = ConfigDict(strict=True, arbitrary_types_allowed=True)
 
 
 def describe_type(tp: Any) -> str:
-    """A readable name for a type hint: ``int or list of int``."""
+    """A readable name for a type hint: ``a whole number or a list of whole numbers``.
+
+    >>> describe_type(int | None)
+    'a whole number or null'
+    """
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
+    if tp is Any or tp is inspect.Parameter.empty:
         return "anything"
     if tp is type(None) or tp is None:
         return "null"
@@ -34,89 +51,51 @@ def describe_type(tp: Any) -> str:
         return " or ".join(describe_type(a) for a in args)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in args)
-    if origin in _SEQUENCES or tp in (list, tuple):
+    if origin in (list, tuple, Sequence) or tp in (list, tuple):
         inner = args[0] if args and args[0] is not Ellipsis else Any
-        return f"list of {describe_type(inner)}"
-    if origin in _MAPPINGS or tp is dict:
-        return "mapping"
-    return getattr(tp, "__name__", str(tp))
+        return f"a list of {describe_type(inner).removeprefix('a ')}" if inner is not Any else "a list"
+    if origin in (dict, Mapping) or tp is dict:
+        return "a mapping"
+    return _NAMES.get(tp, getattr(tp, "__name__", str(tp)))
 
 
-def _fail(path: str, tp: Any, value: Any) -> ConfigError:
-    shown = repr(value) if len(repr(value)) < 60 else repr(value)[:57] + "..."
-    return ConfigError(f"{path}: expected {describe_type(tp)}, got {shown} ({type(value).__name__})")
+_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "text", Path: "a path"}
 
 
-def check_type(value: Any, tp: Any, path: str) -> Any:
-    """Return ``value`` checked against type hint ``tp`` (lists become tuples where a tuple is
-    expected, ints become floats where a float is, strings become Paths where a Path is).
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters (a huge value is not echoed back whole)."""
+    text = repr(value)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+@functools.cache
+def _adapter(tp: Any) -> TypeAdapter:
+    return TypeAdapter(tp, config=_STRICT)
+
+
+def check_value(value: Any, tp: Any, path: str) -> Any:
+    """``value`` validated against type hint ``tp`` by pydantic in strict mode (ints become floats
+    where a float is expected, strings Paths where a Path is).
+
+    >>> check_value(3, float, "x")
+    3.0
 
     Raises:
-        ConfigError: ``"path: expected X, got V (type)"``.
+        ConfigError: ``"path: expected X, got V (type)"`` (Literal choices with a did-you-mean).
     """
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any or tp is inspect.Parameter.empty:
         return value
-    if tp is type(None) or tp is None:
-        if value is None:
-            return None
-        raise _fail(path, tp, value)
-    if origin in (Union, types.UnionType):
-        for option in args:
-            try:
-                return check_type(value, option, path)
-            except ConfigError:
-                continue
-        raise _fail(path, tp, value)
-    if origin is Literal:
-        if value in args and not isinstance(value, bool):
-            return value
-        raise ConfigError(
-            f"{path}: expected one of {', '.join(repr(a) for a in args)}, got {value!r}"
-            f"{did_you_mean(str(value), [str(a) for a in args])}"
-        )
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise _fail(path, tp, value)
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise _fail(path, tp, value)
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise _fail(path, tp, value)
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise _fail(path, tp, value)
-    if tp is Path:
-        if isinstance(value, (str, Path)):
-            return Path(value)
-        raise _fail(path, tp, value)
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        if isinstance(value, tp):
-            return value
-        return from_dict(tp, value, path)
-    if origin in _SEQUENCES or tp in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise _fail(path, tp, value)
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(value) != len(args):
-                raise _fail(path, tp, value)
-            return tuple(check_type(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
-        inner = args[0] if args else Any
-        items = [check_type(v, inner, f"{path}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple or tp is tuple else items
-    if origin in _MAPPINGS or tp is dict:
-        if not isinstance(value, Mapping):
-            raise _fail(path, tp, value)
-        inner = args[1] if len(args) == 2 else Any
-        return {k: check_type(v, inner, f"{path}.{k}") for k, v in value.items()}
-    if isinstance(tp, type) and isinstance(value, tp):
-        return value
-    raise _fail(path, tp, value)
+    if isinstance(value, str) and "Path" in str(tp):
+        value = Path(value)
+    try:
+        return _adapter(tp).validate_python(value)
+    except ValidationError:
+        pass
+    if typing.get_origin(tp) is Literal:
+        choices = typing.get_args(tp)
+        hint = did_you_mean(str(value), [str(a) for a in choices])
+        raise ConfigError(f"{path}: expected one of {', '.join(repr(a) for a in choices)}, got {value!r}{hint}")
+    raise ConfigError(f"{path}: expected {describe_type(tp)}, got {shown(value)} ({type(value).__name__})")
 
 
 def type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -129,41 +108,79 @@ def type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
 
 
 def validate_kwargs(fn: Callable[..., Any], data: Any, path: str, *, fixed: Sequence[str] = ()) -> dict[str, Any]:
-    """Check a mapping of keyword arguments for ``fn`` (a function or class): unknown keys, missing
-    required ones and types. ``fixed`` names parameters the caller supplies itself.
+    """Check a mapping of keyword arguments for ``fn`` (a function or class) against its signature:
+    unknown keys (with did-you-mean), missing required ones, and each value's type (:func:`check_value`).
+    ``fixed`` names parameters the caller supplies itself.
 
     Raises:
-        ConfigError: naming the key path, with a did-you-mean for unknown keys.
+        ConfigError: naming the key path.
     """
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{path}: expected a mapping of options, got {data!r} ({type(data).__name__})")
+        raise ConfigError(f"{path}: expected a mapping of options, got {shown(data)} ({type(data).__name__})")
+    signature = inspect.signature(fn)
     params = {
         name: p
-        for name, p in inspect.signature(fn).parameters.items()
+        for name, p in signature.parameters.items()
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in fixed
     }
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
     hints = type_hints(fn)
     out: dict[str, Any] = {}
     for key, value in data.items():
         key_path = f"{path}.{key}" if path else str(key)
-        if key not in params:
-            if takes_any:
-                out[key] = value
-                continue
+        if key in params:
+            out[key] = check_value(value, hints.get(key, Any), key_path)
+        elif takes_any:
+            out[key] = value
+        else:
             raise ConfigError(
                 f"{key_path}: unknown key; known keys: {', '.join(params)}{did_you_mean(str(key), params)}"
             )
-        out[key] = check_type(value, hints.get(key, Any), key_path)
     missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in out]
     if missing:
         raise ConfigError(f"{path or 'config'}: missing required key(s): {', '.join(missing)}")
     return out
 
 
-def from_dict(cls: type, data: Any, path: str) -> Any:
-    """Build dataclass ``cls`` from a mapping, validated (see :func:`validate_kwargs`)."""
-    return cls(**validate_kwargs(cls, data, path))
+def _path(section: str, loc: tuple[Any, ...]) -> str:
+    parts = [section]
+    for item in loc:
+        parts[-1:] = [f"{parts[-1]}[{item}]"] if isinstance(item, int) else [*parts[-1:], str(item)]
+    return ".".join(parts)
+
+
+_EXPECTED = {
+    "float": "a number",
+    "int": "a whole number",
+    "bool": "true or false",
+    "string": "text",
+    "tuple": "a list",
+    "list": "a list",
+    "dict": "a mapping",
+}
+
+
+def config_error(exc: ValidationError, section: str, model: type[BaseModel]) -> ConfigError:
+    """The first problem pydantic found in a recipe section, in the same one-line shape as
+    :func:`check_value`: the key's path, what is allowed, what came."""
+    error = exc.errors()[0]
+    loc = tuple(x for x in error["loc"] if not (isinstance(x, str) and ("[" in x or x.startswith("function-"))))
+    path = _path(section, loc)
+    if error["type"] == "extra_forbidden":
+        known = list(model.model_fields)
+        return ConfigError(f"{path}: unknown key; known keys: {', '.join(known)}{did_you_mean(str(loc[-1]), known)}")
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "value_error" and not loc:  # a check across keys names its own key
+        return ConfigError(f"{section}.{message}")
+    given = error.get("input")
+    kind = error["type"].split("_")[0]
+    if error["type"] == "literal_error":
+        options = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+        hint = did_you_mean(str(given), options) if isinstance(given, str) else ""
+        return ConfigError(f"{path}: expected one of {', '.join(map(repr, options))}, got {shown(given)}{hint}")
+    if error["type"].endswith(("_type", "_parsing", "_from_float")) and kind in _EXPECTED:
+        return ConfigError(f"{path}: expected {_EXPECTED[kind]}, got {shown(given)} ({type(given).__name__})")
+    return ConfigError(f"{path}: {message[0].lower() + message[1:]}, got {shown(given)}")
 
 
 MAX_YAML_VALUES = 100_000  # a recipe holds hundreds; a few aliased lists can expand to billions

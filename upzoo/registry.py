@@ -266,11 +266,11 @@ class Registry:
 
 def _checked_options(factory: Callable[..., nn.Module], name: str, options: dict[str, Any]) -> dict[str, Any]:
     """The block's own options checked against its type hints (``bias=[1]`` is not a bool)."""
-    from upzoo.config import check_type, type_hints
+    from upzoo.config import check_value, type_hints
 
     hints = type_hints(factory)
     return {
-        k: check_type(v, hints[k], f"{name}.{k}") for k, v in options.items() if k not in CONTRACT_ARGS and k in hints
+        k: check_value(v, hints[k], f"{name}.{k}") for k, v in options.items() if k not in CONTRACT_ARGS and k in hints
     }
 
 

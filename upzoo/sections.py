@@ -5,12 +5,12 @@ never clamped, ignored or treated as unset."""
 from __future__ import annotations
 
 import math
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from upzoo.errors import ConfigError, did_you_mean
+from upzoo.config import config_error
+from upzoo.errors import ConfigError
 
 __all__ = ["DataConfig", "TrainConfig", "EvalConfig", "validate_section", "config_error"]
 
@@ -172,47 +172,6 @@ class EvalConfig(_Section):
         """The sliding-window patch for volumes (``patch_size``, else the training crop), or ``None``
         to run each volume whole (``sliding_window: false``; the U-Net pads it to a valid size)."""
         return (self.patch_size or crop_size) if self.sliding_window else None
-
-
-def _path(section: str, loc: tuple[Any, ...]) -> str:
-    parts = [section]
-    for item in loc:
-        parts[-1:] = [f"{parts[-1]}[{item}]"] if isinstance(item, int) else [*parts[-1:], str(item)]
-    return ".".join(parts)
-
-
-def config_error(exc: ValidationError, section: str, model: type[BaseModel]) -> ConfigError:
-    """The first problem pydantic found, as one line: the key's path, what is allowed, what came."""
-    error = exc.errors()[0]
-    loc = tuple(x for x in error["loc"] if not (isinstance(x, str) and ("[" in x or x.startswith("function-"))))
-    path = _path(section, loc)
-    if error["type"] == "extra_forbidden":
-        known = list(model.model_fields)
-        return ConfigError(f"{path}: unknown key; known keys: {', '.join(known)}{did_you_mean(str(loc[-1]), known)}")
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "value_error" and not loc:  # a check across keys names its own key
-        return ConfigError(f"{section}.{message}")
-    given = error.get("input")
-    shown = repr(given) if len(repr(given)) < 60 else repr(given)[:57] + "..."
-    kind = error["type"].split("_")[0]
-    if error["type"] == "literal_error":
-        options = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
-        hint = did_you_mean(str(given), options) if isinstance(given, str) else ""
-        return ConfigError(f"{path}: expected one of {', '.join(map(repr, options))}, got {shown}{hint}")
-    if error["type"].endswith(("_type", "_parsing", "_from_float")) and kind in _EXPECTED:
-        return ConfigError(f"{path}: expected {_EXPECTED[kind]}, got {shown} ({type(given).__name__})")
-    return ConfigError(f"{path}: {message[0].lower() + message[1:]}, got {shown}")
-
-
-_EXPECTED = {
-    "float": "a number",
-    "int": "a whole number",
-    "bool": "true or false",
-    "string": "text",
-    "tuple": "a list",
-    "list": "a list",
-    "dict": "a mapping",
-}
 
 
 def validate_section(model: type[BaseModel], data: Any, section: str) -> Any:

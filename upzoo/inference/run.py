@@ -59,7 +59,9 @@ class _Reader(Dataset):
         path = self.paths[index]
         try:
             item = read_input(path, volumes=self.prepare.volumes, channels=self.prepare.in_channels)
-            return {"input": item, "x": self.prepare(item.array), "error": None}
+            # NumPy, not a tensor: pickled through the queue instead of shared by file descriptor, so a
+            # SIGTERM to the parent cannot leave a worker's fd-sharing thread printing a traceback
+            return {"input": item, "x": self.prepare(item.array).numpy(), "error": None}
         except UpzooError as exc:
             message = str(exc)
             return {"input": None, "path": path, "error": message if str(path) in message else f"{path}: {message}"}
@@ -216,6 +218,8 @@ def _predict_all(predictor: Predictor, paths: list[Path], planned: list, options
     try:
         for index, entry in enumerate(iterate_loader(loader)):
             entry["index"] = index
+            if entry.get("x") is not None:
+                entry["x"] = torch.from_numpy(entry["x"])
             if entry["error"] is not None:
                 if not options.keep_going:
                     raise DataError(entry["error"] + " (--keep-going skips such files)")
