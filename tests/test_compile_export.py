@@ -357,7 +357,7 @@ class _DiffersWhenTraced(Upsampler):
 def test_export_refuses_and_names_the_block(bad, message, tmp_path):
     from upzoo.inference.export import ExportError, export_model
     from upzoo.recipe import parse_recipe
-    from upzoo.runs.loaded import LoadedModel
+    from upzoo.runs.trained_model import LoadedModel
 
     model, _ = _model("unet2d-blur")
     channels = model.decoder[1].upsample.in_channels

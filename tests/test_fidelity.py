@@ -25,7 +25,6 @@ from PIL import Image
 
 from upzoo import DCGANGenerator, UNet, masked_gaussian_blur
 from upzoo.cli import main
-from upzoo.config import parse_yaml, read_yaml_file
 from upzoo.data.io import read_image
 from upzoo.data.volumes import read_volume
 from upzoo.errors import ConfigError, DataError, ShapeError, TrainingError
@@ -36,6 +35,7 @@ from upzoo.recipe import load_recipe, parse_recipe, recipe_json_schema
 from upzoo.runtime import FolderLock, atomic_write, remove_stale_temporaries
 from upzoo.tables import to_json
 from upzoo.train.engine import train
+from upzoo.yaml_files import parse_yaml, read_yaml_file
 
 
 def cli(*args: str) -> tuple[int, str]:

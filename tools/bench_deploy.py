@@ -29,7 +29,7 @@ import torch
 from upzoo.inference.predictor import Predictor
 from upzoo.inference.run import PredictOptions, predict_files
 from upzoo.recipe import load_recipe, parse_recipe
-from upzoo.runs.loaded import LoadedModel
+from upzoo.runs.trained_model import LoadedModel
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,7 +93,7 @@ def bench_predict(name: str, loaded: LoadedModel, size, count: int, rounds: int,
     folder = tmp / name.replace(" ", "_")
     images = _images(folder, size, count)
     predictor = Predictor(loaded)
-    tensors = [predictor.prepare(image) for image in images]
+    tensors = [predictor.preprocess(image) for image in images]
     batch = 4
 
     def bare() -> None:

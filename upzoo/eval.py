@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from upzoo.errors import ConfigError
-from upzoo.models import ModelSpec, build_model
 from upzoo.recipe import Recipe
-from upzoo.runs.checkpoint import load_checkpoint, load_weights
+from upzoo.runs.trained_model import load_model
 from upzoo.runtime import resolve_device
 from upzoo.train.evaluate import evaluate_segmentation
 from upzoo.windows import window_patch
@@ -33,12 +32,9 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
         raise ConfigError(
             "upzoo eval evaluates segmentation recipes; GAN runs log sample grids and checkerboard scores"
         )
-    state = load_checkpoint(checkpoint, kind="segmentation", purpose="upzoo eval")
-    spec = ModelSpec.from_dict(state["model_spec"])
-    model = build_model(spec)
-    load_weights(model, state["model"], checkpoint, saved_spec=state["model_spec"])
     device = resolve_device(recipe.train.device, "train.device")
-    model.to(device)
+    loaded = load_model(checkpoint, device=device, kind="segmentation", purpose="upzoo eval")  # the one way in
+    spec, model = loaded.spec, loaded.model
     try:
         prepared = prepare(replace(recipe, model=spec))  # the data, checked against the checkpoint's model
     except ConfigError as exc:
@@ -65,5 +61,5 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
         "class_names": names,
         "samples": len(bundle.val),
         "checkpoint": str(checkpoint),
-        "step": state.get("step"),
+        "step": loaded.step,
     }

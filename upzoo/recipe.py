@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from upzoo.config import parse_yaml, read_yaml_file
 from upzoo.errors import ConfigError, did_you_mean
 from upzoo.models.factory import ModelSpec
 from upzoo.sections import DataConfig, EvalConfig, TrainConfig, validate_section
+from upzoo.yaml_files import parse_yaml, read_yaml_file
 
 __all__ = [
     "Recipe",

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import torch
 from torch import nn
 
 from upzoo.errors import ConfigError, RegistryError, UpzooError, did_you_mean
+from upzoo.runtime import warnings_at_caller
 
 __all__ = [
     "BlockInfo",
@@ -32,7 +32,6 @@ __all__ = [
     "create_upsampler",
     "list_upsamplers",
     "upsampler_info",
-    "describe_blocks",
 ]
 
 Kind = Literal["upsampler", "post_filter"]
@@ -266,7 +265,7 @@ class Registry:
 
 def _checked_options(factory: Callable[..., nn.Module], name: str, options: dict[str, Any]) -> dict[str, Any]:
     """The block's own options checked against its type hints (``bias=[1]`` is not a bool)."""
-    from upzoo.config import check_value, type_hints
+    from upzoo.validation import check_value, type_hints
 
     hints = type_hints(factory)
     return {
@@ -311,51 +310,6 @@ def create_upsampler(
         )
 
 
-class warnings_at_caller:  # noqa: N801 - used as a context manager, like contextlib's
-    """Re-emit the warnings raised inside the block, prefixed, at the caller of the function that
-    holds the ``with`` — so a warning points at the user's own call (``UNet(...)``,
-    ``create_upsampler(...)``), not at upzoo's internals."""
-
-    def __init__(self, prefix: str = "", stacklevel: int = 3) -> None:
-        self.prefix, self.stacklevel = prefix, stacklevel
-
-    def __enter__(self) -> warnings_at_caller:
-        self._catcher = warnings.catch_warnings(record=True)
-        self._caught = self._catcher.__enter__()
-        warnings.simplefilter("always")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._catcher.__exit__(*exc)
-        for caught in self._caught:
-            text = str(caught.message)
-            message = text if text.startswith(self.prefix) else self.prefix + text
-            warnings.warn(message, caught.category, stacklevel=self.stacklevel)
-
-
-def guide_options(name: str, skip_channels: int, where: str) -> dict[str, Any]:
-    """The options a model adds for block ``name`` at a decoder stage whose skip has
-    ``skip_channels`` channels: ``guide_channels`` for a guided block, nothing otherwise.
-
-    Raises:
-        ConfigError: a guided block at a stage without a skip (``skip_channels == 0``).
-    """
-    if not UPSAMPLERS.info(name).needs_guide:
-        return {}
-    if skip_channels <= 0:
-        raise ConfigError(
-            f"{where}: {name!r} is guided by the encoder skip, but this stage has none (it upsamples to the input "
-            f"resolution, or the model is a generator); give this stage an unguided upsampler, e.g. a per-stage "
-            f"list ending in 'interpolate'"
-        )
-    return {"guide_channels": skip_channels}
-
-
-def upsample(block: nn.Module, x: torch.Tensor, guide: torch.Tensor | None) -> torch.Tensor:
-    """``block(x, guide)`` for a guided block, ``block(x)`` for the others."""
-    return block(x, guide) if getattr(block, "needs_guide", False) else block(x)
-
-
 def list_upsamplers(pattern: str = "*", *, kind: Kind | None = None) -> list[str]:
     """Registered names matching ``pattern`` (shell wildcards), sorted.
 
@@ -368,29 +322,3 @@ def list_upsamplers(pattern: str = "*", *, kind: Kind | None = None) -> list[str
 def upsampler_info(name: str) -> BlockInfo:
     """Kind, spatial dims, description, options and origin of a registered block."""
     return UPSAMPLERS.info(name)
-
-
-def describe_blocks(pattern: str = "*", *, kind: Kind | None = None) -> list[dict[str, Any]]:
-    """One row per matching block: name, kind, dims, whether it needs a guide, learned parameters at
-    a reference size (64 -> 64 channels, scale 2, a 64-channel guide, 2D where supported),
-    description and origin."""
-    rows = []
-    for name in list_upsamplers(pattern, kind=kind):
-        info = UPSAMPLERS.info(name)
-        dims = 2 if 2 in info.spatial_dims else info.spatial_dims[0]
-        guide = {"guide_channels": 64} if info.needs_guide else {}
-        block = info.factory(
-            spatial_dims=dims, in_channels=64, out_channels=64, scale=1 if info.kind == "post_filter" else 2, **guide
-        )
-        rows.append(
-            {
-                "name": name,
-                "kind": info.kind,
-                "dims": "/".join(f"{d}D" for d in info.spatial_dims),
-                "guide": info.needs_guide,
-                "params": sum(p.numel() for p in block.parameters()),
-                "description": info.description,
-                "origin": info.origin,
-            }
-        )
-    return rows

@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from upzoo.config import config_error
 from upzoo.errors import ConfigError
+from upzoo.validation import config_error
 
 __all__ = ["DataConfig", "TrainConfig", "EvalConfig", "validate_section", "config_error"]
 

@@ -81,8 +81,8 @@ def _finished(folder: Path, prepared: Any) -> tuple[str, dict[str, Any] | None]:
     """
     import json
 
-    from upzoo.config import read_yaml_file
     from upzoo.recipe import plain
+    from upzoo.yaml_files import read_yaml_file
 
     summary, recipe = folder / "summary.json", folder / "recipe.yaml"
     if not recipe.is_file() or not (folder / "last.pt").is_file():

@@ -29,7 +29,7 @@ def parse_variants(text: str) -> list[Variant]:
     Raises:
         ConfigError: empty names, a malformed option, a variant given twice.
     """
-    from upzoo.config import parse_yaml
+    from upzoo.yaml_files import parse_yaml
 
     variants = []
     for part in (p.strip() for p in text.split(",")):

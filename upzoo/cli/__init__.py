@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from upzoo.cli import bench, recipe, shapes, train, use  # noqa: F401  (registers the commands)
+from upzoo.cli import bench, predict_sample_export, recipe, shapes, train  # noqa: F401  (registers the commands)
 from upzoo.cli.group import cli
 from upzoo.errors import UpzooError, UsageError, one_line
 

@@ -27,7 +27,7 @@ def parse_scale(text: str) -> int | tuple[int, ...]:
 
 def parse_options(pairs: tuple[str, ...]) -> dict:
     """``-o key=value`` pairs, each value parsed as YAML."""
-    from upzoo.config import parse_yaml
+    from upzoo.yaml_files import parse_yaml
 
     options = {}
     for pair in pairs:

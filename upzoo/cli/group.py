@@ -25,7 +25,8 @@ def list_command(pattern: str, kind: str | None, as_json: bool) -> None:
 
     PATTERN takes shell wildcards, for example '*shuffle*'.
     """
-    from upzoo.registry import describe_blocks, list_upsamplers
+    from upzoo.registry import list_upsamplers
+    from upzoo.upsamplers.catalog import describe_blocks
 
     rows = describe_blocks(pattern, kind=kind)
     if not rows:

@@ -130,7 +130,7 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
     boundary F-score (2D, 2 px) or HD95 and surface Dice (3D, 2 mm); their means and the pixel accuracy."""
     from upzoo.eval import evaluate_checkpoint
     from upzoo.recipe import load_recipe
-    from upzoo.runs.loaded import find_checkpoint
+    from upzoo.runs.trained_model import find_checkpoint
     from upzoo.tables import render_table
     from upzoo.train.tasks import by_class_name
 

@@ -2,7 +2,7 @@
 sliding window, TTA, multi-scale), ``predict_files`` for folders, generator samples and export."""
 
 from upzoo.inference.predictor import Prediction, Predictor, Preprocess
-from upzoo.runs.loaded import LoadedModel, find_checkpoint, load_model
+from upzoo.runs.trained_model import LoadedModel, find_checkpoint, load_model
 from upzoo.windows import gaussian_importance, sliding_window_inference
 
 __all__ = [

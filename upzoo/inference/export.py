@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from upzoo.errors import ConfigError, DataError, UpzooError
-from upzoo.runs.loaded import LoadedModel
+from upzoo.runs.trained_model import LoadedModel
 from upzoo.runtime import atomic_write, main_output
 
 __all__ = ["ExportError", "export_model", "check_sizes", "TOLERANCE"]

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.runs.loaded import LoadedModel
+from upzoo.runs.trained_model import LoadedModel
 from upzoo.runtime import autocast, main_output, resolve_device
 from upzoo.windows import sliding_window_inference, window_patch
 
@@ -174,7 +174,15 @@ class Predictor:
         self.overlap = recipe.eval.overlap if overlap is None else overlap
         self.window_batch = window_batch or recipe.eval.batch_size
         self.patch = window_patch(recipe, volumes=loaded.volumes)
-        self.prepare = Preprocess.from_loaded(loaded)
+        self.preprocess = Preprocess.from_loaded(loaded)
+
+    @property
+    def prepare(self) -> Preprocess:
+        """Deprecated name of :attr:`preprocess` (kept for one release)."""
+        import warnings
+
+        warnings.warn("Predictor.prepare is now Predictor.preprocess", DeprecationWarning, stacklevel=2)
+        return self.preprocess
 
     # -- prediction ----------------------------------------------------------------------------------
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -229,8 +237,8 @@ class Predictor:
         from upzoo.inference.files import read_input
 
         if not isinstance(item, np.ndarray):
-            item = read_input(item, volumes=self.loaded.volumes, channels=self.prepare.in_channels).array
-        x = self.prepare(item)
+            item = read_input(item, volumes=self.loaded.volumes, channels=self.preprocess.in_channels).array
+        x = self.preprocess(item)
         size = item.shape[-3:] if self.loaded.volumes else item.shape[:2]
         return self.predict_batch(x[None], size)[0]
 
@@ -241,9 +249,9 @@ class Predictor:
             ShapeError: ``x`` or ``size`` of the wrong rank for this model.
         """
         dims = 3 if self.loaded.volumes else 2
-        if not isinstance(x, torch.Tensor) or x.ndim != dims + 2 or x.shape[1] != self.prepare.in_channels:
+        if not isinstance(x, torch.Tensor) or x.ndim != dims + 2 or x.shape[1] != self.preprocess.in_channels:
             shown = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ShapeError(f"expected prepared inputs (N, {self.prepare.in_channels}, {dims} sizes), got {shown}")
+            raise ShapeError(f"expected prepared inputs (N, {self.preprocess.in_channels}, {dims} sizes), got {shown}")
         size = tuple(size)
         if len(size) != dims or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in size):
             raise ShapeError(f"size must be {dims} positive whole numbers (the output size), got {size!r}")

@@ -49,8 +49,8 @@ class _Summary:
 class _Reader(Dataset):
     """Reads and prepares one input per item in a worker; errors come back as one line."""
 
-    def __init__(self, paths: Sequence[Path], prepare: Preprocess) -> None:
-        self.paths, self.prepare = list(paths), prepare
+    def __init__(self, paths: Sequence[Path], preprocess: Preprocess) -> None:
+        self.paths, self.preprocess = list(paths), preprocess
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -58,10 +58,10 @@ class _Reader(Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         path = self.paths[index]
         try:
-            item = read_input(path, volumes=self.prepare.volumes, channels=self.prepare.in_channels)
+            item = read_input(path, volumes=self.preprocess.volumes, channels=self.preprocess.in_channels)
             # NumPy, not a tensor: pickled through the queue instead of shared by file descriptor, so a
             # SIGTERM to the parent cannot leave a worker's fd-sharing thread printing a traceback
-            return {"input": item, "x": self.prepare(item.array).numpy(), "error": None}
+            return {"input": item, "x": self.preprocess(item.array).numpy(), "error": None}
         except UpzooError as exc:
             message = str(exc)
             return {"input": None, "path": path, "error": message if str(path) in message else f"{path}: {message}"}
@@ -209,7 +209,7 @@ def _predict_all(predictor: Predictor, paths: list[Path], planned: list, options
     from tqdm import tqdm
 
     volumes = predictor.loaded.volumes
-    loader = DataLoader(_Reader(paths, predictor.prepare), batch_size=None, num_workers=options.num_workers,
+    loader = DataLoader(_Reader(paths, predictor.preprocess), batch_size=None, num_workers=options.num_workers,
                         collate_fn=_as_is)  # fmt: skip
     writer, summary = _Writer(predictor), _Summary()
     batch_size = 1 if volumes else options.batch_size

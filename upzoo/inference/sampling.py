@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from upzoo.errors import ConfigError, DataError
-from upzoo.runs.loaded import LoadedModel
+from upzoo.runs.trained_model import LoadedModel
 from upzoo.runtime import atomic_write
 from upzoo.sections import MAX_SEED
 

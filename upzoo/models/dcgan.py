@@ -10,7 +10,9 @@ from torch import nn
 
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape, check_positive_int
-from upzoo.registry import create_upsampler, guide_options, warnings_at_caller
+from upzoo.registry import create_upsampler
+from upzoo.runtime import warnings_at_caller
+from upzoo.upsamplers.guides import guide_options
 
 __all__ = ["DCGANGenerator", "DCGANDiscriminator", "DCGAN_TRANSPOSED_OPTIONS"]
 

@@ -8,12 +8,12 @@ from typing import Any, Literal
 
 from torch import nn
 
-from upzoo.config import validate_kwargs
 from upzoo.errors import ConfigError, did_you_mean
 from upzoo.models.dcgan import DCGANDiscriminator, DCGANGenerator
 from upzoo.models.planning import plan_strides
 from upzoo.models.smp_adapter import smp_unet
 from upzoo.models.unet import UNet
+from upzoo.validation import validate_kwargs
 
 __all__ = ["ModelSpec", "build_model", "build_discriminator", "ARCHITECTURES"]
 

@@ -12,7 +12,9 @@ from torch import nn
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape, check_positive_int, crop_start, pad_end
 from upzoo.models.unet import per_stage
-from upzoo.registry import create_upsampler, guide_options, upsample, warnings_at_caller
+from upzoo.registry import create_upsampler
+from upzoo.runtime import warnings_at_caller
+from upzoo.upsamplers.guides import guide_options, upsample
 
 __all__ = ["smp_unet", "UpsamplerUnetDecoderBlock"]
 

@@ -15,7 +15,9 @@ from upzoo.layers import check_input_shape, check_positive_int, conv_nd, crop_st
 from upzoo.models.blocks import DoubleConv
 from upzoo.models.encoders import Encoder, create_encoder, stage_scales
 from upzoo.models.sizes import AxisRule, find_axis_rule
-from upzoo.registry import create_upsampler, guide_options, upsample, warnings_at_caller
+from upzoo.registry import create_upsampler
+from upzoo.runtime import warnings_at_caller
+from upzoo.upsamplers.guides import guide_options, upsample
 
 __all__ = ["UNet", "DecoderStage"]
 

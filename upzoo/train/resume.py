@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from upzoo.config import read_yaml_file
 from upzoo.errors import ConfigError, TrainingError
 from upzoo.recipe import Recipe, apply_overrides, parse_recipe
+from upzoo.yaml_files import read_yaml_file
 
 __all__ = ["resume_recipe", "check_unchanged_recipe"]
 

@@ -34,6 +34,7 @@ class LoadedModel:
     std: tuple[float, ...] | None
     spacing: tuple[float, ...] | None  # training voxel spacing (volumes)
     ignore_index: int = 255
+    step: int | None = None  # the training step the checkpoint was written at
 
     @property
     def task(self) -> str:
@@ -79,7 +80,13 @@ def _meta_from_recipe(recipe: Recipe) -> dict[str, Any]:
     return meta
 
 
-def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedModel:
+def load_model(
+    path: str | Path,
+    *,
+    device: str | torch.device = "cpu",
+    kind: str | None = None,
+    purpose: str = "using a trained model",
+) -> LoadedModel:
     """The model of a run folder (its ``best.pt``, else ``last.pt``) or of a checkpoint file,
     rebuilt from the checkpoint's own model spec, weights loaded (``weights_only``), in eval mode.
 
@@ -94,7 +101,7 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> Loade
         raise DataError(f"load_model takes a run folder or checkpoint path, got {path!r} ({type(path).__name__})")
     device = resolve_device(device, "device")
     checkpoint = find_checkpoint(path)
-    state = load_checkpoint(checkpoint, purpose="using a trained model")
+    state = load_checkpoint(checkpoint, kind=kind, purpose=purpose)
     kind = state.get("kind")
     if kind not in ("segmentation", "gan") or "model_spec" not in state or "recipe" not in state:
         raise DataError(f"{checkpoint} is not a complete checkpoint of an upzoo segmentation or GAN run")
@@ -116,4 +123,5 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> Loade
         std=tuple(meta["std"]) if meta.get("std") else None,
         spacing=tuple(meta["spacing"]) if meta.get("spacing") else None,
         ignore_index=int(meta.get("ignore_index", 255)),
+        step=state.get("step"),
     )
