@@ -221,10 +221,13 @@ def test_out_inside_an_input_folder_does_not_predict_its_own_outputs(run_dir, tm
 
 def test_two_predicts_into_one_out_cannot_interleave(run_dir, tmp_path, capsys):
     out = tmp_path / "o"
+    (out / "color").mkdir(parents=True)
+    (out / "color" / f".tmp-{2**22 + 7}-x.png").write_bytes(b"half")  # a killed predict's file
     with FolderLock(out, "busy", name=".predict.lock"):
         assert cli("predict", str(run_dir), str(_image(run_dir)), "--out", str(out), "--no-progress")[0] == 1
         assert "another upzoo predict is writing into" in one_line_error(capsys)
     assert cli("predict", str(run_dir), str(_image(run_dir)), "--out", str(out), "--no-progress")[0] == 0
+    assert not list(out.rglob(".tmp-*"))  # the next predict into the folder removes it
 
 
 def test_export_never_replaces_a_checkpoint_or_an_existing_file(run_dir, tmp_path, capsys):

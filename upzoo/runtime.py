@@ -164,11 +164,13 @@ class FolderLock:
         self.release()
 
 
-def remove_stale_temporaries(folder: str | Path) -> int:
-    """Delete the temporary files of :func:`atomic_write` in ``folder`` whose writing process is gone
-    (killed mid-write); returns how many. Call it while holding the folder's lock."""
+def remove_stale_temporaries(folder: str | Path, *, recursive: bool = False) -> int:
+    """Delete the temporary files of :func:`atomic_write` in ``folder`` (and below it, ``recursive``)
+    whose writing process is gone (killed mid-write); returns how many. Call it while holding the
+    folder's lock."""
     removed = 0
-    for tmp in Path(folder).glob(".tmp-*-*"):
+    pattern = "**/.tmp-*-*" if recursive else ".tmp-*-*"
+    for tmp in Path(folder).glob(pattern):
         pid = tmp.name.split("-")[1]
         if pid.isdigit() and not _alive(int(pid)):
             try:

@@ -21,7 +21,7 @@ from upzoo.errors import DataError, UpzooError
 from upzoo.inference.files import InputFile, named_inputs, output_paths, read_input
 from upzoo.inference.predictor import Prediction, Predictor, Preprocess
 from upzoo.inference.writers import default_palette, write_image_prediction, write_volume_prediction
-from upzoo.runtime import FolderLock, atomic_write, terminate_as_interrupt
+from upzoo.runtime import FolderLock, atomic_write, remove_stale_temporaries, terminate_as_interrupt
 
 __all__ = ["PredictOptions", "predict_files"]
 
@@ -195,6 +195,7 @@ def predict_files(predictor: Predictor, inputs: Sequence[str | Path], options: P
         name=".predict.lock",
     )
     with lock, terminate_as_interrupt():
+        remove_stale_temporaries(options.out, recursive=True)  # left by a predict that was killed
         planned = _planned_outputs(named, options, volumes)
         summary = _predict_all(predictor, [path for path, _ in named], planned, options)
     return {
