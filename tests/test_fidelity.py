@@ -441,8 +441,8 @@ def test_random_bytes_are_not_reported_as_a_pickled_payload(tmp_path, capsys):
 
 
 def test_an_interrupted_comparison_cell_is_continued_and_a_foreign_one_refused(tmp_path):
-    from upzoo.bench.seeded import _finished
     from upzoo.prepare import prepare
+    from upzoo.runs.state import run_state as _finished
 
     recipe = parse_recipe(small_recipe(tmp_path / "cache"))
     prepared = prepare(recipe)
@@ -454,7 +454,7 @@ def test_an_interrupted_comparison_cell_is_continued_and_a_foreign_one_refused(t
     (folder / "summary.json").write_text('{"steps": 1, "val": {"miou"')  # cut short
     assert _finished(folder, prepared) == ("resume", None)
     other = prepare(parse_recipe(small_recipe(tmp_path / "cache", train={"lr": 0.5})))
-    with pytest.raises(ConfigError, match="holds a run of another recipe \\(train differs\\)"):
+    with pytest.raises(ConfigError, match="holds a run of another recipe \\(train.lr: 0.001 there, 0.5 here\\)"):
         _finished(folder, other)
 
 

@@ -38,13 +38,19 @@ def _diff_cell(row: dict[str, Any], key: str) -> str:
     return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]{flag}" if math.isfinite(lo) else f"{d:+.3f}"
 
 
+def _seeds_cell(row: dict[str, Any]) -> str:
+    """``3``, or ``2 of 3`` when cells are missing: a mean over fewer seeds is never silent."""
+    planned = row.get("planned_seeds", row["seeds"])
+    return str(row["seeds"]) if row["seeds"] == planned else f"{row['seeds']} of {planned}"
+
+
 def display_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, str]], list[str]]:
     """The table people read: mean ± std per metric, the paired difference to the baseline with its
     95 % interval, speed (median and IQR, ``!`` when unstable), memory, parameters, GFLOPs."""
     keys = quality_keys(rows)
     table = []
     for row in rows:
-        line = {"upsampler": row["upsampler"]}
+        line = {"upsampler": row["upsampler"], "seeds": _seeds_cell(row)}
         for key in keys:
             line[TITLES[key]] = _cell(row[f"{key}_mean"], row[f"{key}_std"])
         for key in keys:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from upzoo.cli.common import check_device, default_run_dir, emit_rows, parse_scale, parse_shape
+from upzoo.cli.common import check_device, default_run_dir, emit_rows, parse_options, parse_scale, parse_shape
 from upzoo.cli.group import CONTEXT, cli
 from upzoo.errors import UpzooError
 from upzoo.tables import to_json
@@ -108,7 +108,21 @@ def bench_model_command(
 @click.option("--baseline", default=None, help="The variant the others are compared with [default: the first].")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a recipe value.")
 @click.option(
-    "--out", "out_dir", default=None, help="Folder for the runs, table and chart [default: runs/compare-<time>]."
+    "--out", "out_dir", default=None, help="Folder for the plan, runs, table and chart [default: runs/compare-<time>]."
+)
+@click.option("--plan-only", is_flag=True, help="Write plan.json and jobs.txt (one command per cell); train nothing.")
+@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local", help="Where the cells run.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, help="local: cells at once (1: in this process).")
+@click.option("--devices", default=None, help="local: GPUs for the workers, e.g. 0,1,2,3 (one per worker).")
+@click.option("--retries", type=click.IntRange(min=0, max=10), default=0, help="Re-launch failed cells this often.")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, help="Each cell a DDP training on this many processes.")
+@click.option("--partition", default=None, help="slurm: partition.")
+@click.option("--time", "time_min", type=click.IntRange(min=1), default=240, help="slurm: minutes per cell.")
+@click.option("--gpus-per-cell", type=click.IntRange(min=0), default=1, help="slurm: GPUs per cell.")
+@click.option("--cpus-per-cell", type=click.IntRange(min=1), default=8, help="slurm: CPUs per cell.")
+@click.option("--array-parallelism", type=click.IntRange(min=1), default=32, help="slurm: cells running at once.")
+@click.option(
+    "--sbatch", "sbatch", multiple=True, metavar="KEY=VALUE", help="slurm: another sbatch option (repeatable)."
 )
 @click.option("--device", default="cpu", help="Device for the speed and memory measurements.")
 @click.option("--amp", type=click.Choice(["none", "bf16", "fp16"]), default="none", help="Autocast of every pass.")
@@ -116,24 +130,58 @@ def bench_model_command(
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV output.")
-def bench_compare_command(recipe, upsamplers, seeds, baseline, overrides, out_dir, device, amp, rounds, no_progress,
-                          as_json, as_csv) -> None:  # fmt: skip
+def bench_compare_command(recipe, upsamplers, seeds, baseline, overrides, out_dir, plan_only, launcher, jobs, devices,
+                          retries, nproc, partition, time_min, gpus_per_cell, cpus_per_cell, array_parallelism, sbatch,
+                          device, amp, rounds, no_progress, as_json, as_csv) -> None:  # fmt: skip
     """Train RECIPE once per upsampler variant and seed (same seeds for every variant) and tell the
     variants apart from seed noise: per metric mean ± std and a 95 % confidence interval (mIoU,
     Boundary IoU and F-score, thin-class IoU; volumes: Dice, HD95, surface Dice), the paired
     difference to --baseline with its interval and whether it is beyond the seed noise, inference
     time interleaved across the variants (median, IQR, '!' when the IQR exceeds 20 %), peak training
-    memory, parameters, GFLOPs. Writes compare.png (error bars), compare.csv, compare.json to --out."""
+    memory, parameters, GFLOPs. The comparison is a plan (--out/plan.json, --out/jobs.txt: one
+    `upzoo train ... --continue` line per cell), launched here, on local workers or as a Slurm array,
+    then collected (as `upzoo bench collect` does): compare.png, compare.csv/md/json in --out. Run the
+    same command again to continue an interrupted comparison."""
     from pathlib import Path
 
-    from upzoo.bench.report import write_comparison
-    from upzoo.bench.seeded import compare_upsamplers
+    from upzoo.bench.plan import plan_comparison, write_plan
+
+    check_device(device)
+    loaded, variants, index = _compare_inputs(recipe, overrides, upsamplers, baseline)
+    out = Path(out_dir or default_run_dir("compare"))
+    plan = plan_comparison(loaded, variants, out, seeds=seeds, baseline=index, nproc=nproc)
+    write_plan(plan, out)
+    echo = (lambda line: None) if no_progress else (lambda line: click.echo(line, err=True))
+    options = None
+    if launcher == "slurm":
+        from upzoo.bench.launchers import SlurmOptions, sbatch_preview
+        from upzoo.runtime import atomic_write
+
+        options = SlurmOptions(partition, time_min, gpus_per_cell, cpus_per_cell, array_parallelism,
+                               parse_options(sbatch))  # fmt: skip
+        script = sbatch_preview(plan, options, out / "slurm")
+        atomic_write(out / "slurm.sbatch", lambda tmp: tmp.write_text(script))
+    if plan_only:
+        click.echo(f"planned {len(plan.cells)} cells: {out / 'plan.json'}, {out / 'jobs.txt'}", err=True)
+        return
+    if options is not None:
+        from upzoo.bench.launchers import launch_slurm, slurm_executor
+
+        launch_slurm(plan, slurm_executor(out / "slurm", options), threads=cpus_per_cell, retries=retries, echo=echo)
+    else:
+        from upzoo.bench.launchers import launch_local
+
+        gpus = [d.strip() for d in devices.split(",") if d.strip()] if devices else None
+        launch_local(plan, jobs=jobs, devices=gpus, retries=retries, echo=echo, progress=not no_progress)
+    _collect_and_report(out, device, amp, rounds, as_json, as_csv)
+
+
+def _compare_inputs(recipe, overrides, upsamplers, baseline):
+    """The recipe, the variants and the baseline's index, checked before anything is planned."""
     from upzoo.bench.variants import parse_variants
     from upzoo.recipe import load_recipe
     from upzoo.registry import upsampler_info
-    from upzoo.tables import to_json
 
-    check_device(device)
     variants = parse_variants(upsamplers)
     for variant in variants:  # unknown names and post-filters fail before any training
         if upsampler_info(variant.name).kind != "upsampler":
@@ -147,15 +195,42 @@ def bench_compare_command(recipe, upsamplers, seeds, baseline, overrides, out_di
     loaded = load_recipe(recipe, overrides)
     if loaded.task != "segmentation":
         raise UpzooError("bench compare trains segmentation recipes (mIoU); GAN recipes log checkerboard scores")
-    out = Path(out_dir or default_run_dir("compare"))
-    index = labels.index(baseline) if baseline is not None else 0
-    rows = compare_upsamplers(
-        loaded, variants, out, seeds=seeds, baseline=index, device=device, amp=amp, rounds=rounds,
-        progress=not no_progress,
-    )  # fmt: skip
+    return loaded, variants, labels.index(baseline) if baseline is not None else 0
+
+
+def _collect_and_report(out, device: str, amp: str, rounds: int, as_json: bool, as_csv: bool) -> None:
+    from upzoo.bench.collect import collect_comparison
+    from upzoo.bench.report import write_comparison
+    from upzoo.tables import to_json
+
+    rows, missing = collect_comparison(out, device=device, amp=amp, rounds=rounds)
+    for item in missing:
+        click.echo(f"missing: {item['variant']} seed {item['seed']}: {item['reason']} (log: {item['log']})", err=True)
+    if not rows:
+        raise UpzooError(f"no cell of {out} has finished yet ({len(missing)} missing); run the plan, then collect")
     table, columns = write_comparison(rows, out)
     click.echo(f"runs, compare.md/csv/json and compare.png in {out}", err=True)
     if as_json:
         click.echo(to_json(rows))
     else:
         emit_rows(table, columns, False, as_csv)
+    if missing:
+        raise UpzooError(f"{len(missing)} cell(s) missing: the table holds the finished seeds only (see 'seeds')")
+
+
+@bench.command("collect")
+@click.argument("out_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False))
+@click.option("--device", default="cpu", help="Device for the speed and memory measurements.")
+@click.option("--amp", type=click.Choice(["none", "bf16", "fp16"]), default="none", help="Autocast of every pass.")
+@click.option("--rounds", type=click.IntRange(min=3), default=10, help="Interleaved timing rounds.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV output.")
+def bench_collect_command(out_dir, device, amp, rounds, as_json, as_csv) -> None:
+    """Build the seeded table of the comparison planned in DIR (plan.json) from whatever cells have
+    finished — run by bench compare, a local pool, Slurm or your own scheduler over jobs.txt — and
+    write compare.png, compare.csv/md/json. Missing or failed cells are listed with their log; exit 1
+    while any is missing."""
+    from pathlib import Path
+
+    check_device(device)
+    _collect_and_report(Path(out_dir), device, amp, rounds, as_json, as_csv)

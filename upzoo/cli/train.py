@@ -49,6 +49,13 @@ def _launch_torchrun(nproc: int, args: list[str]) -> int:
 )
 @click.option("--out", "out_dir", default=None, help="Run folder [default: runs/<recipe>-<time>].")
 @click.option(
+    "--continue",
+    "continue_",
+    is_flag=True,
+    help="With --out: continue the run there if it is unfinished, report it if finished, start it if absent "
+    "(safe to run again, as requeued jobs do; a run of another recipe is refused).",
+)
+@click.option(
     "--nproc", type=click.IntRange(min=1), default=1, help="Processes for DistributedDataParallel (launches torchrun)."
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
@@ -58,6 +65,7 @@ def train_command(
     overrides: tuple[str, ...],
     resume_dir: str | None,
     out_dir: str | None,
+    continue_: bool,
     nproc: int,
     no_progress: bool,
     as_json: bool,
@@ -76,10 +84,13 @@ def train_command(
 
     if recipe is None and resume_dir is None:
         raise UsageError("give a RECIPE to train, or --resume RUN_DIR to continue a run")
+    if continue_ and (out_dir is None or resume_dir is not None):
+        raise UsageError("--continue needs RECIPE and --out (the folder to continue), not --resume")
     if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         out = resume_dir or out_dir or default_run_dir(recipe)
         args = ["train"] + ([recipe] if recipe else []) + [a for o in overrides for a in ("--set", o)]
         args += ["--resume", out] if resume_dir else ["--out", out]
+        args += ["--continue"] if continue_ else []
         args += ["--no-progress"] if no_progress else []
         sys.exit(_launch_torchrun(nproc, args))
     if resume_dir is not None:
@@ -90,28 +101,32 @@ def train_command(
         run_dir = out_dir or default_run_dir(recipe)
     from upzoo.train.engine import train
 
-    summary = train(loaded, run_dir, resume=resume_dir is not None, progress=not no_progress)
+    resume = "auto" if continue_ else resume_dir is not None
+    summary = train(loaded, run_dir, resume=resume, progress=not no_progress)
     if int(os.environ.get("RANK", "0")) != 0:
         return
-    if as_json:
-        click.echo(to_json(summary))
-    else:
-        click.echo(f"run folder: {summary['run_dir']}")
-        click.echo(f"steps: {summary['steps']} of {summary['total_steps']}")
-        val = summary.get("val") or {}
-        if val:
-            click.echo(
-                f"val mIoU: {val['miou']:.4f}  pixel accuracy: {val['pixel_accuracy']:.4f}  "
-                f"mean Dice: {val['mean_dice']:.4f}  (best mIoU {summary['best_miou']:.4f})"
-            )
-        if "checkerboard" in summary:
-            click.echo(f"checkerboard score of the samples: {summary['checkerboard']:.4f}")
+    click.echo(to_json(summary)) if as_json else _print_summary(summary)
     if summary["interrupted"]:
         click.echo(
             f"interrupted at step {summary['steps']}; continue with: upzoo train --resume {summary['run_dir']}",
             err=True,
         )
         sys.exit(130)
+
+
+def _print_summary(summary: dict) -> None:
+    click.echo(f"run folder: {summary['run_dir']}")
+    reused = " (finished before)" if summary.get("reused") else ""
+    click.echo(f"steps: {summary['steps']} of {summary['total_steps']}{reused}")
+    val = summary.get("val") or {}
+    if val:
+        best = float(summary["best_miou"]) if summary.get("best_miou") is not None else float("nan")
+        click.echo(
+            f"val mIoU: {float(val['miou']):.4f}  pixel accuracy: {float(val['pixel_accuracy']):.4f}  "
+            f"mean Dice: {float(val['mean_dice']):.4f}  (best mIoU {best:.4f})"
+        )
+    if "checkerboard" in summary:
+        click.echo(f"checkerboard score of the samples: {summary['checkerboard']:.4f}")
 
 
 @cli.command("eval")

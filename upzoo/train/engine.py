@@ -10,7 +10,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -367,16 +367,26 @@ def train(
     recipe: Any,
     run_dir: str | Path,
     *,
-    resume: bool = False,
+    resume: bool | Literal["auto"] = False,
     progress: bool = True,
     on_step: Callable[[int, float, StopFlag], None] | None = None,
 ) -> dict[str, Any]:
     """Train a recipe (segmentation or GAN) into ``run_dir``: ``prepare`` -> task -> :class:`Trainer`.
 
     Returns the summary also written to ``summary.json``; Ctrl-C / SIGTERM stop after the current
-    step with ``last.pt`` saved (``summary["interrupted"]``).
+    step with ``last.pt`` saved (``summary["interrupted"]``). ``resume="auto"``: continue ``run_dir``
+    if it holds an unfinished run of this recipe, return its summary if it holds a finished one,
+    start a new run if it holds none (and refuse a run of another recipe) — safe to run again and
+    again, as requeued cluster jobs are.
     """
     from upzoo.prepare import prepare
+    from upzoo.runs.state import run_state
     from upzoo.train.tasks import make_task
 
-    return Trainer(make_task(prepare(recipe)), run_dir, resume=resume, progress=progress, on_step=on_step).fit()
+    prepared = prepare(recipe)
+    if resume == "auto":
+        state, summary = run_state(run_dir, prepared)
+        if state == "done":
+            return {**summary, "reused": True}
+        resume = state == "resume"
+    return Trainer(make_task(prepared), run_dir, resume=resume, progress=progress, on_step=on_step).fit()

@@ -1,0 +1,172 @@
+"""Comparisons that outgrow one machine: a plan of cells (variant x seed), launched in this process,
+on local worker processes or as a Slurm array through submitit (its local executor here, no
+cluster), and collected from the run folders — the same table whichever way the cells ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import run_cli, small_recipe
+
+from upzoo.bench.collect import collect_comparison
+from upzoo.bench.launchers import SlurmOptions, launch_local, launch_slurm, sbatch_preview, slurm_executor
+from upzoo.bench.plan import JOBS_FILE, plan_comparison, read_plan, write_plan
+from upzoo.bench.variants import parse_variants
+from upzoo.recipe import parse_recipe
+from upzoo.runtime import FolderLock
+from upzoo.train.engine import train
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("scaling-cache")
+
+
+def _recipe(cache: Path, **train_options):
+    return parse_recipe(small_recipe(cache, train={"max_steps": 2, **train_options}))
+
+
+def _plan(cache: Path, out: Path, variants: str = "transposed,interpolate", seeds: int = 2, **train_options):
+    plan = plan_comparison(_recipe(cache, **train_options), parse_variants(variants), out, seeds=seeds)
+    write_plan(plan, out)
+    return plan
+
+
+def _per_seed(rows) -> dict[str, list[float]]:
+    return {row["upsampler"]: row["miou_per_seed"] for row in rows}
+
+
+def test_plan_only_writes_the_plan_and_one_job_line_per_cell(cache, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(small_recipe(cache, train={"max_steps": 2})))
+    out = tmp_path / "cmp"
+    args = ["--upsamplers", "transposed,interpolate", "--seeds", "2", "--out", out, "--plan-only"]
+    slurm = ["--launcher", "slurm", "--partition", "gpu", "--cpus-per-cell", "4", "--time", "30"]
+    slurm += ["--array-parallelism", "2", "--sbatch", "account=lab"]
+    result = run_cli("bench", "compare", recipe, *args, *slurm)
+    assert result.returncode == 0, result.stderr
+    plan = read_plan(out)
+    assert [(c.variant, c.seed) for c in plan.cells] == [("transposed", 0), ("transposed", 1), ("interpolate", 0),
+                                                         ("interpolate", 1)]  # fmt: skip
+    lines = (out / JOBS_FILE).read_text().splitlines()
+    assert len(lines) == 4 and all(" train " in line and "--continue" in line for line in lines)
+    assert not list(out.rglob("summary.json"))  # nothing trained
+    script = (out / "slurm.sbatch").read_text()
+    for fragment in ("#SBATCH --array=0-3%2", "#SBATCH --partition=gpu", "#SBATCH --cpus-per-task=4",
+                     "#SBATCH --time=30", "#SBATCH --account=lab", "#SBATCH --gpus-per-node=1"):  # fmt: skip
+        assert fragment in script, (fragment, script)
+    # any scheduler can run a line; collect then reports what is there and what is missing
+    assert subprocess.run(["bash", "-c", lines[0]], env=dict(os.environ)).returncode == 0
+    collected = run_cli("bench", "collect", out, "--rounds", "3")
+    missing = [line for line in collected.stderr.splitlines() if line.startswith("missing: ")]
+    assert collected.returncode == 1 and len(missing) == 3 and "not run yet" in missing[0]
+    rows = json.loads((out / "compare.json").read_text())
+    assert [(r["upsampler"], r["seeds"], r["planned_seeds"]) for r in rows] == [("transposed", 1, 2)]
+    assert "1 of 2" in (out / "compare.md").read_text()
+
+
+@pytest.mark.slow  # 25 s: four trainings twice
+def test_two_local_workers_give_the_table_of_a_sequential_run(cache, tmp_path):
+    sequential, parallel = _plan(cache, tmp_path / "seq"), _plan(cache, tmp_path / "par")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each of the two workers on this 2-core machine
+    try:
+        assert all(r.status == "done" for r in launch_local(sequential, jobs=1, echo=lambda _: None, progress=False))
+    finally:
+        torch.set_num_threads(threads)
+    lines: list[str] = []
+    results = launch_local(parallel, jobs=2, echo=lines.append, progress=False)
+    assert all(r.status == "done" for r in results), [r.error for r in results]
+    assert (
+        sum(line.startswith("start ") for line in lines) == 4 and sum(line.startswith("done ") for line in lines) == 4
+    )
+    rows_seq, missing_seq = collect_comparison(tmp_path / "seq", rounds=3)
+    rows_par, missing_par = collect_comparison(tmp_path / "par", rounds=3)
+    assert not missing_seq and not missing_par
+    assert _per_seed(rows_par) == _per_seed(rows_seq)  # to the last digit: CPU training is deterministic
+
+
+def test_a_killed_cell_is_reported_failed_retried_and_continues_from_last_pt(cache, tmp_path):
+    import psutil
+
+    plan = _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=1, max_steps=30, checkpoint_every=1,
+                 log_every=1)  # fmt: skip
+    cell = plan.cells[0]
+    killed: list[int] = []
+
+    def kill_after_first_checkpoint() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not killed:
+            if (Path(cell.folder) / "last.pt").is_file():
+                for child in psutil.Process().children(recursive=True):
+                    if cell.folder in " ".join(child.cmdline()):
+                        os.kill(child.pid, signal.SIGKILL)
+                        killed.append(child.pid)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=kill_after_first_checkpoint)
+    watcher.start()
+    lines: list[str] = []
+    (result,) = launch_local(plan, jobs=2, retries=1, echo=lines.append, progress=False)
+    watcher.join()
+    assert killed and any(line.startswith("failed interpolate seed 0") for line in lines), lines
+    assert any(line.startswith("retry 1 of 1") for line in lines) and result.status == "done" and result.attempts == 2
+    summary = json.loads((Path(cell.folder) / "summary.json").read_text())
+    assert summary["steps"] == 30 and not summary["interrupted"]
+    assert '"steps": 30' in Path(cell.log).read_text()  # the retry's output (each attempt rewrites the log)
+    import csv
+
+    with open(Path(cell.folder) / "metrics.csv", newline="") as f:
+        steps = [int(row["step"]) for row in csv.DictReader(f) if row["loss"]]
+    assert steps == list(range(1, 31))  # resumed from last.pt: no step lost, none twice
+
+
+def test_a_cell_folder_holding_another_recipes_run_is_refused(cache, tmp_path):
+    plan = _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=1)
+    train(_recipe(cache, lr=0.5), plan.cells[0].folder, progress=False)
+    (result,) = launch_local(plan, jobs=1, echo=lambda _: None, progress=False)
+    assert (
+        result.status == "failed"
+        and "holds a run of another recipe (model.upsampler: None there, 'interpolate' here)" in result.error
+    )
+
+
+def test_two_launches_into_one_dir_do_not_run_a_cell_twice(cache, tmp_path):
+    plan = _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=1)
+    folder = Path(plan.cells[0].folder)
+    with FolderLock(folder, "held by the other launch"):  # another launch is training this cell
+        (result,) = launch_local(plan, jobs=1, echo=lambda _: None, progress=False)
+    assert result.status == "failed" and "is in use by another run" in result.error
+    assert not (folder / "last.pt").exists()
+
+
+def test_a_plan_in_dir_refuses_another_comparison(cache, tmp_path):
+    _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=1)
+    from upzoo.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="holds another recipe for cell interpolate seed 0 \\(hash"):
+        _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=1, lr=0.5)
+
+
+@pytest.mark.slow  # 15 s: submitit starts a process per job
+def test_the_slurm_path_runs_end_to_end_on_submitit_s_local_executor(cache, tmp_path):
+    plan = _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=2)
+    options = SlurmOptions(partition="gpu", gpus=0, cpus=1, time_min=10, parallelism=2)
+    executor = slurm_executor(tmp_path / "cmp" / "slurm", options, cluster="local")
+    lines: list[str] = []
+    results = launch_slurm(plan, executor, threads=1, echo=lines.append)
+    assert all(r.status == "done" for r in results), [r.error for r in results]
+    assert lines[0].startswith("submitted 2 cell(s) as a job array")
+    rows, missing = collect_comparison(tmp_path / "cmp", rounds=3)
+    assert not missing and rows[0]["seeds"] == 2
+    script = sbatch_preview(plan, SlurmOptions(partition="gpu", cpus=1, parallelism=2), tmp_path / "cmp" / "slurm")
+    assert "#SBATCH --array=0-1%2" in script

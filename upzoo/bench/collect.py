@@ -1,0 +1,162 @@
+"""Collecting a comparison from its run folders, whichever launcher (or a user's own scheduler) ran
+them: per variant the quality of every finished cell, statistics over the seeds that finished (the
+table says how many of the planned seeds each variant has), paired differences to the baseline over
+the seeds both have, and speed measured here, interleaved. Missing and failed cells are listed with
+their log and error; nothing is averaged over fewer seeds silently."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from upzoo.bench.launchers import last_error
+from upzoo.bench.plan import Cell, Plan, read_plan
+from upzoo.bench.stats import paired_difference, seed_interval
+from upzoo.yaml_files import read_yaml_file
+
+__all__ = ["collect_comparison", "cell_outcome", "quality_of", "THIN_CLASSES"]
+
+QUALITY_2D = ("miou", "boundary_iou", "boundary_fscore", "thin_iou")
+QUALITY_3D = ("mean_dice", "hd95", "surface_dice", "miou")
+
+#: the Cityscapes classes that are thin or small: where upsamplers differ (their mean IoU is reported)
+THIN_CLASSES = ("pole", "traffic light", "traffic sign", "person", "rider", "motorcycle", "bicycle")
+
+
+def quality_of(val: dict[str, Any], keys: Sequence[str], class_names: Sequence[str] | None = None) -> dict[str, float]:
+    """The comparison's quality values from a run's ``summary.json`` ``val`` (NaN is null there,
+    infinities are ``"inf"``); ``thin_iou`` is the mean IoU over :data:`THIN_CLASSES`."""
+    values = {key: math.nan if val.get(key) is None else float(val[key]) for key in keys if key != "thin_iou"}
+    if "thin_iou" in keys:
+        per_class = val.get("per_class_iou") or {}
+        if isinstance(per_class, list):  # summaries written before per-class values were keyed by name
+            per_class = dict(zip(class_names or [], per_class))
+        thin = [per_class[c] for c in THIN_CLASSES if c in per_class]
+        thin = [float(v) for v in thin if v is not None and math.isfinite(float(v))]
+        values["thin_iou"] = statistics.fmean(thin) if thin else math.nan
+    return values
+
+
+def input_shape(recipe_file: str | Path) -> tuple[int, ...]:
+    """The input the comparison times models at: a validation sample of the recipe's data."""
+    from upzoo.prepare import prepare
+    from upzoo.recipe import load_recipe
+
+    prepared = prepare(load_recipe(recipe_file))
+    bundle, data = prepared.data, prepared.recipe.data
+    sample = (bundle.val or bundle.train)[0]["image"]
+    return (1, *sample.shape) if data.kind != "volumes" else (1, sample.shape[0], *data.crop_size)
+
+
+def _same_cell(stored: Any, cell_recipe: dict[str, Any]) -> bool:
+    """Whether a run folder's ``recipe.yaml`` is a run of the cell's recipe (``prepare`` may only
+    have planned ``strides: auto``)."""
+    if not isinstance(stored, dict):
+        return False
+    if any(stored.get(s) != cell_recipe.get(s) for s in ("data", "train", "eval")):
+        return False
+    ours, theirs = cell_recipe.get("model") or {}, stored.get("model") or {}
+    resolved = ("strides", "channels") if ours.get("strides") == "auto" else ()
+    return all(theirs.get(k) == v for k, v in ours.items() if k not in resolved)
+
+
+def cell_outcome(cell: Cell) -> tuple[dict[str, Any] | None, str]:
+    """``(summary, "")`` for a finished cell, else ``(None, why not)``."""
+    folder = Path(cell.folder)
+    summary_file, recipe_file = folder / "summary.json", folder / "recipe.yaml"
+    if recipe_file.is_file():
+        try:
+            if not _same_cell(
+                read_yaml_file(recipe_file, "run recipe"), read_yaml_file(cell.recipe_file, "cell recipe")
+            ):
+                return None, f"{folder} holds a run of another recipe than {cell.recipe_file}"
+        except Exception as exc:  # an unreadable recipe is this cell's problem, not the collection's
+            return None, f"{recipe_file}: {exc}"
+    try:
+        summary = json.loads(summary_file.read_text())
+    except (OSError, ValueError):
+        summary = None
+    if isinstance(summary, dict) and not summary.get("interrupted") and isinstance(summary.get("val"), dict):
+        return summary, ""
+    if (folder / "last.pt").is_file():
+        return None, "unfinished (run the plan again: it continues from last.pt)"
+    return None, last_error(cell.log) if Path(cell.log).is_file() else "not run yet"
+
+
+def _row(label: str, mine: dict[int, dict], base: dict[int, dict], planned: int, is_base: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {"upsampler": label, "seeds": len(mine), "planned_seeds": planned}
+    seeds = sorted(mine)
+    for key in mine[seeds[0]]:
+        values = [mine[s][key] for s in seeds]
+        row.update({f"{key}_{k}": v for k, v in seed_interval(values).items()})
+        row[f"{key}_per_seed"] = values
+        common = sorted(set(mine) & set(base))
+        if not is_base and common:
+            diff = paired_difference([mine[s][key] for s in common], [base[s][key] for s in common])
+            row.update({f"{key}_{k}": v for k, v in diff.items()})
+    return row
+
+
+def collect_comparison(
+    out: str | Path, *, device: str = "cpu", amp: str = "none", rounds: int = 10
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(rows, missing)``: one row per variant with at least one finished cell (see the module),
+    and one entry per missing or failed cell (variant, seed, reason, log).
+
+    Raises:
+        DataError: no readable plan in ``out``.
+    """
+    plan = read_plan(out)
+    keys = QUALITY_3D if plan.recipe["data"]["kind"] == "volumes" else QUALITY_2D
+    finished: dict[str, dict[int, dict]] = {label: {} for label in plan.variants}
+    missing = []
+    for cell in plan.cells:
+        summary, reason = cell_outcome(cell)
+        if summary is None:
+            missing.append({"variant": cell.variant, "seed": cell.seed, "reason": reason, "log": cell.log})
+        else:
+            finished[cell.variant][cell.seed] = quality_of(summary["val"], keys)
+    base = finished[plan.variants[plan.baseline]]
+    rows = [
+        _row(label, finished[label], base, len(plan.seeds), i == plan.baseline)
+        for i, label in enumerate(plan.variants)
+        if finished[label]
+    ]
+    _measure_speed(plan, rows, device, amp, rounds)
+    return rows, missing
+
+
+def _measure_speed(plan: Plan, rows: list[dict[str, Any]], device: str, amp: str, rounds: int) -> None:
+    """Speed, memory, parameters and FLOPs of each variant's model, timed interleaved here."""
+    from upzoo.bench.block_table import count_flops
+    from upzoo.bench.model_table import bench_model
+    from upzoo.bench.speed import inference_call, interleaved_fps
+    from upzoo.models import ModelSpec, build_model
+
+    if not rows:
+        return
+    models, shape = {}, None
+    for row in rows:
+        cell = next(c for c in plan.cells_of(row["upsampler"]) if (Path(c.folder) / "recipe.yaml").is_file())
+        stored = read_yaml_file(Path(cell.folder) / "recipe.yaml", "run recipe")
+        models[row["upsampler"]] = build_model(ModelSpec.from_dict(stored["model"]))
+        shape = shape or input_shape(cell.recipe_file)
+    calls = {label: inference_call(model, shape, device, amp) for label, model in models.items()}
+    speed = interleaved_fps(calls, batch=1, rounds=rounds, device=device)
+    for row in rows:
+        model = models[row["upsampler"]]
+        measured = bench_model(model, shape, device=device, runs=2, amp=amp)
+        row.update(speed[row["upsampler"]])
+        row.update(
+            peak_train_mib=measured["peak_train_mib"],
+            params=measured["params"],
+            gflops=count_flops(model.cpu().eval(), torch.zeros(shape)) / 1e9,
+            input=list(shape),
+            amp=amp,
+        )

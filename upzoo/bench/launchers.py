@@ -1,0 +1,276 @@
+"""Running the cells of a plan. ``local``: ``--jobs 1`` trains the cells one after another in this
+process; ``--jobs N`` runs N worker processes, each pinned to one device of ``--devices``
+(``CUDA_VISIBLE_DEVICES``) or, on the CPU, given its share of the threads. ``slurm``: one Slurm job
+array through submitit (``pip install -e ".[cluster]"``); a preempted or timed-out cell is requeued
+and continues from its ``last.pt``. Every cell runs its plan command (``upzoo train ... --continue``),
+so a finished cell is never trained twice and a run folder in use by another launch is refused (its
+lock). Failed cells are re-launched up to ``retries`` times. One line per cell start, finish and
+failure; a bar over the cells."""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from upzoo.bench.plan import Cell, Plan
+from upzoo.errors import ConfigError, UpzooError
+
+__all__ = [
+    "CellResult",
+    "launch_local",
+    "launch_slurm",
+    "SlurmOptions",
+    "slurm_executor",
+    "sbatch_preview",
+    "last_error",
+]
+
+
+@dataclass
+class CellResult:
+    """How a cell ended: ``done`` (trained now or earlier) or ``failed`` (with the error and its log)."""
+
+    cell: Cell
+    status: str
+    seconds: float = 0.0
+    error: str = ""
+    attempts: int = 1
+
+
+def last_error(log: str | Path) -> str:
+    """The ``error:`` line of a cell's log (else its last line), to report a failure in one line."""
+    try:
+        lines = [line.strip() for line in Path(log).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or ["exited without output"])[-1]
+
+
+def _run_in_process(cell: Cell) -> CellResult:
+    from upzoo.recipe import load_recipe
+    from upzoo.train.engine import train
+
+    start = time.perf_counter()
+    try:
+        summary = train(load_recipe(cell.recipe_file), cell.folder, resume="auto", progress=False)
+    except UpzooError as exc:
+        return CellResult(cell, "failed", time.perf_counter() - start, str(exc))
+    if summary.get("interrupted"):  # Ctrl-C: last.pt is written; the next launch continues the cell
+        raise KeyboardInterrupt
+    return CellResult(cell, "done", time.perf_counter() - start)
+
+
+def _run_subprocess(cell: Cell, env: dict[str, str]) -> CellResult:
+    from upzoo.bench.plan import python_command
+
+    start = time.perf_counter()
+    Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
+    with open(cell.log, "w") as log:
+        code = subprocess.call(python_command(cell), stdout=log, stderr=subprocess.STDOUT, env=env)
+    seconds = time.perf_counter() - start
+    return CellResult(cell, "done", seconds) if code == 0 else CellResult(cell, "failed", seconds, last_error(cell.log))
+
+
+def _worker_env(slot: int, jobs: int, devices: Sequence[str] | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if devices:
+        env["CUDA_VISIBLE_DEVICES"] = str(devices[slot % len(devices)])
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    return env
+
+
+def launch_local(
+    plan: Plan,
+    *,
+    jobs: int = 1,
+    devices: Sequence[str] | None = None,
+    retries: int = 0,
+    echo: Callable[[str], None] = print,
+    progress: bool = True,
+) -> list[CellResult]:
+    """Run every cell of ``plan`` on this machine (see the module); one result per cell.
+
+    Raises:
+        ConfigError: ``jobs`` < 1 or ``retries`` < 0.
+    """
+    if jobs < 1 or retries < 0:
+        raise ConfigError(f"jobs must be >= 1 and retries >= 0, got jobs={jobs}, retries={retries}")
+    from tqdm import tqdm
+
+    slots: queue.Queue[int] = queue.Queue()
+    for slot in range(jobs):
+        slots.put(slot)
+    bar = tqdm(total=len(plan.cells), desc="cells", unit="cell", disable=not progress, leave=False)
+
+    def run(cell: Cell) -> CellResult:
+        slot = slots.get()
+        try:
+            echo(f"start {cell.variant} seed {cell.seed} (worker {slot})")
+            in_process = jobs == 1 and not devices
+            result = _run_in_process(cell) if in_process else _run_subprocess(cell, _worker_env(slot, jobs, devices))
+        finally:
+            slots.put(slot)
+        _report(result, echo)
+        bar.update(1)
+        return result
+
+    try:
+        results = _with_retries(plan.cells, run, jobs, retries, echo)
+    finally:
+        bar.close()
+    return results
+
+
+def _with_retries(cells, run, jobs: int, retries: int, echo) -> list[CellResult]:
+    results = {c.folder: None for c in cells}
+    pending, attempt = list(cells), 0
+    while pending and attempt <= retries:
+        if attempt:
+            echo(f"retry {attempt} of {retries}: {len(pending)} failed cell(s)")
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for result in pool.map(run, pending):
+                result.attempts = attempt + 1
+                results[result.cell.folder] = result
+        pending = [r.cell for r in results.values() if r is not None and r.status == "failed"]
+        attempt += 1
+    return list(results.values())
+
+
+def _report(result: CellResult, echo: Callable[[str], None]) -> None:
+    cell = result.cell
+    if result.status == "done":
+        echo(f"done {cell.variant} seed {cell.seed} in {result.seconds:.1f} s")
+    else:
+        echo(f"failed {cell.variant} seed {cell.seed}: {result.error} (log: {cell.log})")
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Resources of each cell and of the array (``bench compare --launcher slurm`` flags)."""
+
+    partition: str | None = None
+    time_min: int = 240
+    gpus: int = 1
+    cpus: int = 8
+    parallelism: int = 32
+    extra: dict[str, Any] | None = None  # more sbatch options, e.g. {"account": "lab", "qos": "high"}
+
+    def parameters(self) -> dict[str, Any]:
+        params: dict[str, Any] = dict(
+            timeout_min=self.time_min,
+            cpus_per_task=self.cpus,
+            slurm_array_parallelism=self.parallelism,
+            name="upzoo-compare",
+        )
+        if self.gpus:
+            params["gpus_per_node"] = self.gpus
+        if self.partition:
+            params["slurm_partition"] = self.partition
+        if self.extra:
+            params["slurm_additional_parameters"] = dict(self.extra)
+        return params
+
+
+class CellJob:
+    """A cell as a submitit job: runs the cell's command; on preemption or timeout submitit calls
+    :meth:`checkpoint`, which requeues the same cell (its ``--continue`` resumes from ``last.pt``)."""
+
+    def __init__(self, cell: Cell, threads: int) -> None:
+        self.cell, self.threads = cell, threads
+
+    def __call__(self) -> dict[str, Any]:
+        env = dict(os.environ, OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
+        result = _run_subprocess(self.cell, env)
+        return {"status": result.status, "seconds": result.seconds, "error": result.error}
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(CellJob(self.cell, self.threads))
+
+
+def slurm_executor(folder: str | Path, options: SlurmOptions, cluster: str = "slurm") -> Any:
+    """A submitit executor for the cells (``cluster="local"`` or ``"debug"`` runs the same code
+    without a cluster, for tests).
+
+    Raises:
+        ConfigError: submitit is not installed.
+    """
+    try:
+        import submitit
+    except ImportError:
+        raise ConfigError('--launcher slurm needs submitit: pip install -e ".[cluster]"') from None
+    executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster)
+    executor.update_parameters(**options.parameters())
+    return executor
+
+
+def sbatch_preview(plan: Plan, options: SlurmOptions, folder: str | Path) -> str:
+    """The sbatch script submitit submits for ``plan``'s job array with ``options`` (one array task per
+    cell, ``%parallelism`` at once), for reading before submitting (``--plan-only`` writes it).
+
+    Raises:
+        ConfigError: submitit is not installed.
+    """
+    try:
+        from submitit.slurm.slurm import _make_sbatch_string
+    except ImportError:
+        raise ConfigError('--launcher slurm needs submitit: pip install -e ".[cluster]"') from None
+    import sys
+
+    return _make_sbatch_string(
+        command=f"{sys.executable} -u -m submitit.core._submit {folder}",
+        folder=str(folder),
+        job_name="upzoo-compare",
+        partition=options.partition,
+        time=options.time_min,
+        cpus_per_task=options.cpus,
+        gpus_per_node=options.gpus or None,
+        array_parallelism=options.parallelism,
+        map_count=len(plan.cells),
+        additional_parameters=dict(options.extra or {}),
+    )
+
+
+def launch_slurm(
+    plan: Plan,
+    executor: Any,
+    *,
+    threads: int = 8,
+    retries: int = 0,
+    echo: Callable[[str], None] = print,
+) -> list[CellResult]:
+    """Submit the cells as one job array through ``executor`` and wait for them; failed cells are
+    submitted again up to ``retries`` times."""
+    results = {c.folder: None for c in plan.cells}
+    pending = list(plan.cells)
+    for attempt in range(retries + 1):
+        if not pending:
+            break
+        with executor.batch():
+            jobs = [executor.submit(CellJob(cell, threads)) for cell in pending]
+        echo(f"submitted {len(jobs)} cell(s) as a job array ({jobs[0].job_id.split('_')[0]})")
+        for cell, job in zip(pending, jobs):
+            outcome = _job_outcome(job)
+            seconds, error = outcome.get("seconds", 0.0), outcome.get("error", "")
+            result = CellResult(cell, outcome["status"], seconds, error, attempt + 1)
+            _report(result, echo)
+            results[cell.folder] = result
+        pending = [r.cell for r in results.values() if r is not None and r.status == "failed"]
+    return list(results.values())
+
+
+def _job_outcome(job: Any) -> dict[str, Any]:
+    try:
+        return job.result()
+    except Exception as exc:  # the job itself failed (node failure, cancelled): one line
+        return {"status": "failed", "error": f"slurm job {job.job_id}: {str(exc).strip().splitlines()[-1][:300]}"}
