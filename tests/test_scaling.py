@@ -108,7 +108,7 @@ def test_a_killed_cell_is_reported_failed_retried_and_continues_from_last_pt(cac
         while time.time() < deadline and not killed:
             if (Path(cell.folder) / "last.pt").is_file():
                 for child in psutil.Process().children(recursive=True):
-                    if cell.folder in " ".join(child.cmdline()):
+                    if "upzoo.bench.worker" in " ".join(child.cmdline()):  # the worker training the cell
                         os.kill(child.pid, signal.SIGKILL)
                         killed.append(child.pid)
             time.sleep(0.05)
@@ -123,6 +123,7 @@ def test_a_killed_cell_is_reported_failed_retried_and_continues_from_last_pt(cac
     summary = json.loads((Path(cell.folder) / "summary.json").read_text())
     assert summary["steps"] == 30 and not summary["interrupted"]
     assert '"steps": 30' in Path(cell.log).read_text()  # the retry's output (each attempt rewrites the log)
+    assert "worker exited with -9" in next(line for line in lines if line.startswith("failed"))
     import csv
 
     with open(Path(cell.folder) / "metrics.csv", newline="") as f:

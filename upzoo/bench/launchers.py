@@ -1,6 +1,7 @@
 """Running the cells of a plan. ``local``: ``--jobs 1`` trains the cells one after another in this
-process; ``--jobs N`` runs N worker processes, each pinned to one device of ``--devices``
-(``CUDA_VISIBLE_DEVICES``) or, on the CPU, given its share of the threads. ``slurm``: one Slurm job
+process; ``--jobs N`` runs N long-lived worker processes (:mod:`upzoo.bench.worker`, each pays the
+start-up once), each pinned to one device of ``--devices`` (``CUDA_VISIBLE_DEVICES``) or, on the
+CPU, given its share of the threads. ``slurm``: one Slurm job
 array through submitit (``pip install -e ".[cluster]"``); a preempted or timed-out cell is requeued
 and continues from its ``last.pt``. Every cell runs its plan command (``upzoo train ... --continue``),
 so a finished cell is never trained twice and a run folder in use by another launch is refused (its
@@ -79,6 +80,47 @@ def _run_subprocess(cell: Cell, env: dict[str, str]) -> CellResult:
     return CellResult(cell, "done", seconds) if code == 0 else CellResult(cell, "failed", seconds, last_error(cell.log))
 
 
+class _Worker:
+    """One long-lived worker process (:mod:`upzoo.bench.worker`) of a local launch: it pays the
+    start-up once and trains the cells it is sent. A worker that dies (killed, out of memory) fails
+    its cell with its exit code and is started again for the next one."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env, self.process = env, None
+
+    def run(self, cell: Cell) -> CellResult:
+        import json
+        import sys
+
+        Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
+        if self.process is None or self.process.poll() is not None:
+            command = [sys.executable, "-m", "upzoo.bench.worker"]
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env, text=True
+            )
+        start = time.perf_counter()
+        try:
+            self.process.stdin.write(
+                json.dumps({"recipe_file": cell.recipe_file, "folder": cell.folder, "log": cell.log}) + "\n"
+            )
+            self.process.stdin.flush()
+            reply = self.process.stdout.readline()
+        except BrokenPipeError:
+            reply = ""
+        if not reply:  # the worker died with this cell
+            code = self.process.wait()
+            return CellResult(
+                cell, "failed", time.perf_counter() - start, f"worker exited with {code}: {last_error(cell.log)}"
+            )
+        outcome = json.loads(reply)
+        return CellResult(cell, outcome["status"], time.perf_counter() - start, outcome["error"])
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.stdin.close()
+            self.process.wait()
+
+
 def _worker_env(slot: int, jobs: int, devices: Sequence[str] | None) -> dict[str, str]:
     env = dict(os.environ)
     if devices:
@@ -106,6 +148,8 @@ def launch_local(
         raise ConfigError(f"jobs must be >= 1 and retries >= 0, got jobs={jobs}, retries={retries}")
     from tqdm import tqdm
 
+    in_process = jobs == 1 and not devices
+    workers = [_Worker(_worker_env(slot, jobs, devices)) for slot in range(jobs)]
     slots: queue.Queue[int] = queue.Queue()
     for slot in range(jobs):
         slots.put(slot)
@@ -115,8 +159,7 @@ def launch_local(
         slot = slots.get()
         try:
             echo(f"start {cell.variant} seed {cell.seed} (worker {slot})")
-            in_process = jobs == 1 and not devices
-            result = _run_in_process(cell) if in_process else _run_subprocess(cell, _worker_env(slot, jobs, devices))
+            result = _run_in_process(cell) if in_process else workers[slot].run(cell)
         finally:
             slots.put(slot)
         _report(result, echo)
@@ -127,6 +170,8 @@ def launch_local(
         results = _with_retries(plan.cells, run, jobs, retries, echo)
     finally:
         bar.close()
+        for worker in workers:
+            worker.close()
     return results
 
 
