@@ -417,3 +417,24 @@ def test_the_users_mask_and_input_are_never_modified():
         before_mask, before_x = mask.clone(), x.detach().clone()
         masked_gaussian_blur(x, mask=mask).backward(torch.randn(1, 2, 6, 7))
         assert torch.equal(mask, before_mask) and torch.equal(x.detach(), before_x)
+
+
+def test_the_registry_entry_offers_exactly_the_module_options():
+    """``masked_blur_filter`` adapts the block contract to the module's signature; its options (names,
+    defaults, types) must be the module's, so the two can never drift apart."""
+    import inspect
+    import typing
+
+    from upzoo.filters.masked_blur import MaskedGaussianBlur, masked_blur_filter
+
+    contract = {"spatial_dims", "in_channels", "out_channels", "scale"}
+    module = {
+        k: v
+        for k, v in inspect.signature(MaskedGaussianBlur).parameters.items()
+        if k not in ("spatial_dims", "channels")
+    }
+    entry = {k: v for k, v in inspect.signature(masked_blur_filter).parameters.items() if k not in contract}
+    assert {k: v.default for k, v in entry.items()} == {k: v.default for k, v in module.items()}
+    hints_module = typing.get_type_hints(MaskedGaussianBlur.__init__)
+    hints_entry = typing.get_type_hints(masked_blur_filter)
+    assert {k: hints_entry[k] for k in entry} == {k: hints_module[k] for k in module}

@@ -159,7 +159,10 @@ def launch_local(
         slot = slots.get()
         try:
             echo(f"start {cell.variant} seed {cell.seed} (worker {slot})")
-            result = _run_in_process(cell) if in_process else workers[slot].run(cell)
+            if cell.nproc > 1:  # a DDP cell: its own command launches torchrun
+                result = _run_subprocess(cell, _worker_env(slot, jobs, devices))
+            else:
+                result = _run_in_process(cell) if in_process else workers[slot].run(cell)
         finally:
             slots.put(slot)
         _report(result, echo)

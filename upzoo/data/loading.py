@@ -32,7 +32,9 @@ def unwrap_worker_error(exc: UpzooError) -> UpzooError:
 
 
 def iterate_loader(loader: Iterable[T]) -> Iterator[T]:
-    """Yield ``loader``'s batches; an upzoo error from a worker is re-raised as its own one line."""
+    """Yield ``loader``'s batches; an upzoo error from a worker is re-raised as its own one line, and
+    the workers are stopped at once (left to garbage collection, PyTorch waits up to 5 s per worker
+    blocked on a full result pipe)."""
     iterator = iter(loader)
     while True:
         try:
@@ -40,5 +42,16 @@ def iterate_loader(loader: Iterable[T]) -> Iterator[T]:
         except StopIteration:
             return
         except UpzooError as exc:
+            _stop_workers(iterator)
             raise unwrap_worker_error(exc) from None
         yield batch
+
+
+def _stop_workers(iterator: object) -> None:
+    """Terminate a multi-process DataLoader iterator's workers (no-op for single-process loading)."""
+    for worker in getattr(iterator, "_workers", ()):
+        if worker.is_alive():
+            worker.terminate()
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
