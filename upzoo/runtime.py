@@ -1,6 +1,7 @@
-"""What every command needs from its surroundings, once: the device a user names, and files that are
-written whole or not at all (a crash, Ctrl-C or a full disk leaves the old file or none, and no
-temporary file behind)."""
+"""What every command needs from its surroundings, each once: the device a user names, mixed
+precision, seeding and RNG state, stopping at a step boundary on Ctrl-C/SIGTERM, files written whole
+or not at all (a crash, Ctrl-C or a full disk leaves the old file or none, and no temporary file
+behind), one writer per folder (a lock), and warnings re-emitted at the user's call."""
 
 from __future__ import annotations
 
@@ -47,8 +48,6 @@ def resolve_device(device: Any, what: str = "device") -> Any:
     Raises:
         ConfigError: another kind of device, or CUDA where none is available; naming ``what``.
     """
-    import torch
-
     if isinstance(device, torch.device):
         device = str(device)
     if not isinstance(device, str):
