@@ -4,13 +4,23 @@ scipy; their NaN conventions, streaming sums and errors."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
 from upzoo.errors import ShapeError
-from upzoo.metrics import BoundaryFScore, SurfaceMetrics, boundary_fscore, hausdorff95, surface_dice
+from upzoo.metrics import (
+    BoundaryFScore,
+    SurfaceMetrics,
+    boundary_fscore,
+    boundary_iou,
+    hausdorff95,
+    mean_iou,
+    surface_dice,
+    surface_metrics,
+)
 
 monai_metrics = pytest.importorskip("monai.metrics")
 
@@ -74,9 +84,69 @@ def test_streaming_surface_metrics_average_the_cases():
     assert result["hd95"] == pytest.approx(expected[1:].mean())
 
 
+@pytest.mark.parametrize("path", ["kd_tree", "distance_transform"])
+def test_both_paths_agree_with_monai_at_exact_ties_and_on_200_volumes(path, monkeypatch):
+    """A distance equal to the tolerance counts (MONAI's ``<=``) on both code paths: plates k voxels
+    apart at spacings where k * s is the tolerance, then 200 random and constructed volumes."""
+    import upzoo.metrics.surface as surface
+
+    monkeypatch.setattr(surface, "SPARSE_FACTOR", 0 if path == "kd_tree" else 10**9)
+    cases = []
+    for spacing, gap in [((0.8, 0.8, 0.8), 2), ((0.7, 0.3, 0.9), 3), ((1.1, 1.0, 1.0), 1), ((0.1, 0.6, 0.6), 7)]:
+        pred, target = np.zeros((16, 12, 12), np.int64), np.zeros((16, 12, 12), np.int64)
+        pred[3, 2:10, 2:10], target[3 + gap, 2:10, 2:10] = 1, 1
+        cases.append((pred, target, spacing, gap * spacing[0]))
+    rng = np.random.default_rng(0)
+    while len(cases) < 200:
+        spacing = tuple(float(v) for v in rng.choice([0.3, 0.7, 0.8, 1.0, 1.5, 2.5], 3))
+        pred, target = _blobs((10, 12, 11), 3, int(rng.integers(1 << 30)))
+        cases.append((pred, target, spacing, float(rng.choice([0.7, 1.5, 1.6, 2.4]))))
+    for pred, target, spacing, tolerance in cases:
+        classes = int(max(pred.max(), target.max())) + 1
+        ours = surface_dice(pred, target, classes, spacing=spacing, tolerance_mm=tolerance)
+        hd = hausdorff95(pred, target, classes, spacing=spacing)
+        p, t = _one_hot(pred, classes), _one_hot(target, classes)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs = monai_metrics.compute_surface_dice(p, t, [tolerance] * classes, include_background=True,
+                                                        spacing=spacing)[0].double()  # fmt: skip
+            theirs_hd = monai_metrics.compute_hausdorff_distance(p, t, include_background=True, percentile=95,
+                                                                 spacing=spacing)[0].double()  # fmt: skip
+        np.testing.assert_allclose(
+            ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6, err_msg=str(spacing)
+        )  # MONAI: float32
+        both = ~(ours.isnan() | theirs.isnan())
+        np.testing.assert_allclose(hd[both].numpy(), theirs_hd[both].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_surface_metrics_take_batches_with_one_spacing_or_one_per_map():
+    cases = [_blobs((10, 12, 12), 3, seed) for seed in range(3)]
+    pred, target = np.stack([c[0] for c in cases]), np.stack([c[1] for c in cases])
+    spacings = [(1.0, 1.0, 1.0), (2.0, 0.8, 0.8), (0.5, 0.5, 3.0)]
+    hd, nsd = surface_metrics(pred, target, 3, spacing=spacings, tolerance_mm=1.5)
+    assert hd.shape == nsd.shape == (3, 3) and hd.dtype == nsd.dtype == torch.float64
+    for i, (p, t) in enumerate(cases):
+        torch.testing.assert_close(hd[i], hausdorff95(p, t, 3, spacing=spacings[i]))
+        torch.testing.assert_close(nsd[i], surface_dice(p, t, 3, spacing=spacings[i], tolerance_mm=1.5))
+    shared = hausdorff95(pred, target, 3, spacing=(1.0, 1.0, 1.0))
+    torch.testing.assert_close(shared[2], hausdorff95(cases[2][0], cases[2][1], 3, spacing=(1.0, 1.0, 1.0)))
+    with pytest.raises(ShapeError, match="2 spacings for a batch of 3 label maps"):
+        hausdorff95(pred, target, 3, spacing=spacings[:2])
+
+
+def test_every_per_class_metric_is_float64():
+    labels = torch.tensor([[0, 1], [1, 1]])
+    assert boundary_iou(labels, labels, 2)[1].dtype == boundary_fscore(labels, labels, 2)[1].dtype == torch.float64
+    assert mean_iou(labels, labels, 2)[1].dtype == torch.float64
+
+
 def test_surface_metrics_refuse_mismatched_inputs():
-    with pytest.raises(ShapeError, match=r"one spacing per axis, got prediction \(4, 4, 4\), target \(4, 4, 4\)"):
-        hausdorff95(np.zeros((4, 4, 4)), np.zeros((4, 4, 4)), 2, spacing=(1, 1))
+    with pytest.raises(ShapeError, match=r"one spacing per axis \(or one per map\), got prediction \(4, 4, 4\)"):
+        hausdorff95(np.zeros((4, 4, 4)), np.zeros((4, 4, 4)), 2, spacing=(1, 1, 1, 1))
+    with pytest.raises(ShapeError, match=r"got prediction \(4, 4, 4\), target \(4, 4, 5\)"):
+        hausdorff95(np.zeros((4, 4, 4)), np.zeros((4, 4, 5)), 2, spacing=(1, 1, 1))
+    # (4, 4, 4) with a 2D spacing is a batch of four 2D maps, as MONAI reads (N, H, W)
+    assert hausdorff95(np.zeros((4, 4, 4)), np.zeros((4, 4, 4)), 2, spacing=(1, 1)).shape == (4, 2)
 
 
 def _reference_fscore(pred, target, num_classes, tolerance):

@@ -134,7 +134,7 @@ def boundary_iou(
     acc = BoundaryIoU(num_classes, ignore_index, dilation_ratio=dilation_ratio)
     acc.update(pred, target)
     result = acc.compute()
-    return result["boundary_iou"], torch.tensor(result["per_class_boundary_iou"])
+    return result["boundary_iou"], torch.tensor(result["per_class_boundary_iou"], dtype=torch.float64)
 
 
 # -- boundary F-score -------------------------------------------------------------------------------

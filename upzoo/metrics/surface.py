@@ -29,6 +29,11 @@ from upzoo.metrics.confusion import check_num_classes
 __all__ = ["surface_distances", "surface_metrics", "hausdorff95", "surface_dice", "SurfaceMetrics"]
 
 
+#: surfaces with fewer points than the box's voxels / SPARSE_FACTOR take the k-d tree path, others the
+#: distance transform; both give the same numbers, ties included (tests force each path).
+SPARSE_FACTOR = 8
+
+
 def _surface(mask: np.ndarray) -> np.ndarray:
     """``mask`` minus its erosion by the face-connected cross (outside the array counts as outside)."""
     padded = np.pad(mask, 1)
@@ -49,10 +54,14 @@ def _distances(from_surface: np.ndarray, to_surface: np.ndarray, spacing: Sequen
     from scipy.spatial import cKDTree
 
     points = int(from_surface.sum()) + int(to_surface.sum())
-    if points * 8 < from_surface.size:
+    if points * SPARSE_FACTOR < from_surface.size:
         scale = np.asarray(spacing, dtype=np.float64)
-        tree = cKDTree(np.argwhere(to_surface) * scale)
-        return tree.query(np.argwhere(from_surface) * scale, workers=-1)[0]
+        sources, targets = np.argwhere(from_surface), np.argwhere(to_surface)
+        nearest = cKDTree(targets * scale).query(sources * scale, workers=-1)[1]
+        # the distance from the integer offsets, as the distance transform computes it: (3 - 1) * 0.8
+        # is exactly 1.6, where 3 * 0.8 - 1 * 0.8 is 1.6000000000000005 and fails a 1.6 mm tolerance
+        offsets = (sources - targets[nearest]) * scale
+        return np.sqrt((offsets * offsets).sum(axis=1))
     return distance_transform_edt(~to_surface, sampling=spacing)[from_surface]
 
 
@@ -77,30 +86,67 @@ def _hd95(distances: tuple[np.ndarray, np.ndarray]) -> float:
     return max(float(np.quantile(d, 0.95)) if d.size else 0.0 for d in distances)
 
 
+#: relative margin under which a distance counts as equal to the tolerance: distances are sums of
+#: integer multiples of the spacing, and 3 * 0.8 is 2.4000000000000004 in float64 — equal to a
+#: 2.4 mm tolerance, as MONAI (which compares in float32) counts it
+TIE_MARGIN = 1e-9
+
+
 def _nsd(distances: tuple[np.ndarray, np.ndarray], tolerance_mm: float) -> float:
     total = sum(d.size for d in distances)
-    return float(sum((d <= tolerance_mm).sum() for d in distances) / total) if total else float("nan")
+    limit = tolerance_mm * (1 + TIE_MARGIN)
+    return float(sum((d <= limit).sum() for d in distances) / total) if total else float("nan")
 
 
 def _per_class(pred, target, num_classes: int, spacing, fn, empty=float("nan")) -> torch.Tensor:
+    """``fn`` of each class's distances: ``(K, ...)`` for one map, ``(N, K, ...)`` for a batch."""
     num_classes = check_num_classes(num_classes)
-    pred, target = _as_numpy(pred, target, spacing)
-    values = []
-    for c in range(num_classes):
-        distances = surface_distances(pred == c, target == c, spacing)
-        values.append(empty if distances is None else fn(distances))
-    return torch.tensor(values, dtype=torch.float64)
+    batched = _is_batch(pred, spacing)
+    pred, target, spacings = _as_numpy(pred, target, spacing)
+    per_volume = []
+    for p, t, sp in zip(pred, target, spacings):
+        values = []
+        for c in range(num_classes):
+            distances = surface_distances(p == c, t == c, sp)
+            values.append(empty if distances is None else fn(distances))
+        per_volume.append(values)
+    result = torch.tensor(per_volume, dtype=torch.float64)
+    return result if batched else result[0]
 
 
-def _as_numpy(pred, target, spacing) -> tuple[np.ndarray, np.ndarray]:
+def _is_batch(pred: Any, spacing: Any) -> bool:
+    return len(getattr(pred, "shape", np.shape(pred))) == _axes(spacing) + 1
+
+
+def _axes(spacing: Any) -> int:
+    first = next(iter(spacing), None)
+    return len(first) if isinstance(first, (list, tuple, np.ndarray)) else len(spacing)
+
+
+def _as_numpy(pred, target, spacing) -> tuple[np.ndarray, np.ndarray, list]:
+    """Label maps as ``(N, *S)`` arrays (one map becomes a batch of one) and one spacing per map:
+    ``spacing`` is one spacing for all, or one per map of a batch (as MONAI takes them).
+
+    Raises:
+        ShapeError: shapes that differ, or a spacing that does not fit them.
+    """
     pred = pred.detach().cpu().numpy() if isinstance(pred, torch.Tensor) else np.asarray(pred)
     target = target.detach().cpu().numpy() if isinstance(target, torch.Tensor) else np.asarray(target)
-    if pred.shape != target.shape or pred.ndim != len(spacing):
+    per_map = isinstance(next(iter(spacing), None), (list, tuple, np.ndarray))
+    axes = _axes(spacing)
+    if pred.shape != target.shape or pred.ndim not in (axes, axes + 1) or (per_map and pred.ndim != axes + 1):
         raise ShapeError(
-            f"surface metrics take two label maps of one shape with one spacing per axis, got prediction "
-            f"{pred.shape}, target {target.shape} and spacing {tuple(spacing)}"
+            f"surface metrics take two label maps (*S) or batches (N, *S) of one shape with one spacing per "
+            f"axis (or one per map), got prediction {pred.shape}, target {target.shape} and spacing {tuple(spacing)}"
         )
-    return pred, target
+    if pred.ndim == axes:
+        pred, target = pred[None], target[None]
+    spacings = (
+        [tuple(float(v) for v in s) for s in spacing] if per_map else [tuple(float(v) for v in spacing)] * len(pred)
+    )
+    if len(spacings) != len(pred):
+        raise ShapeError(f"{len(spacings)} spacings for a batch of {len(pred)} label maps; give one per map")
+    return pred, target, spacings
 
 
 def surface_metrics(
@@ -111,16 +157,20 @@ def surface_metrics(
         raise ShapeError(f"tolerance_mm must be >= 0, got {tolerance_mm}")
     nan = float("nan")
     both = _per_class(pred, target, num_classes, spacing, lambda d: (_hd95(d), _nsd(d, tolerance_mm)), (nan, nan))
-    return both[:, 0], both[:, 1]
+    return both[..., 0], both[..., 1]
 
 
 def hausdorff95(pred, target, num_classes: int, *, spacing: Sequence[float]) -> torch.Tensor:
-    """Per-class HD95 in mm of label maps ``(D, H, W)`` (``NaN``: class in neither; ``inf``: in one)."""
+    """Per-class HD95 in mm (float64) of label maps ``(D, H, W)`` -> ``(K,)``, or of batches
+    ``(N, D, H, W)`` -> ``(N, K)`` as MONAI returns them (``NaN``: class in neither; ``inf``: in one).
+    ``spacing``: one spacing, or one per map of a batch."""
     return _per_class(pred, target, num_classes, spacing, _hd95)
 
 
 def surface_dice(pred, target, num_classes: int, *, spacing: Sequence[float], tolerance_mm: float) -> torch.Tensor:
-    """Per-class normalised surface Dice at ``tolerance_mm`` (``NaN``: class in neither)."""
+    """Per-class normalised surface Dice (float64) at ``tolerance_mm``, a distance equal to the tolerance
+    counting as within it (as MONAI): ``(K,)`` for a map, ``(N, K)`` for a batch (``NaN``: class in
+    neither)."""
     if not tolerance_mm >= 0:
         raise ShapeError(f"tolerance_mm must be >= 0, got {tolerance_mm}")
     return _per_class(pred, target, num_classes, spacing, lambda d: _nsd(d, tolerance_mm))
@@ -138,13 +188,15 @@ class SurfaceMetrics:
         self.counts = torch.zeros(num_classes, dtype=torch.float64)
 
     def update(self, pred, target, spacing: Sequence[float]) -> None:
-        pred, target = _as_numpy(pred, target, spacing)
-        for c in range(self.num_classes):
-            distances = surface_distances(pred == c, target == c, spacing)
-            if distances is not None:
-                self.sums[0, c] += _hd95(distances)
-                self.sums[1, c] += _nsd(distances, self.tolerance_mm)
-                self.counts[c] += 1
+        """Add one case ``(*S)`` or a batch ``(N, *S)`` (``spacing``: one, or one per case)."""
+        preds, targets, spacings = _as_numpy(pred, target, spacing)
+        for p, t, sp in zip(preds, targets, spacings):
+            for c in range(self.num_classes):
+                distances = surface_distances(p == c, t == c, sp)
+                if distances is not None:
+                    self.sums[0, c] += _hd95(distances)
+                    self.sums[1, c] += _nsd(distances, self.tolerance_mm)
+                    self.counts[c] += 1
 
     def all_reduce(self) -> None:
         import torch.distributed as dist
