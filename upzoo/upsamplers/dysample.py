@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -31,9 +32,17 @@ class DySampleUpsampler(Upsampler):
         groups: channel groups with their own offsets; ``None`` picks 4 when ``in_channels`` divides
             by 4, else 1.
         dynamic_scope: learn the offset scope per point instead of the fixed 0.25.
+        style: ``"lp"`` (linear then pixel-shuffle, the paper's default): the offsets of every
+            sub-position come from the input point; ``"pl"`` (pixel-shuffle then linear): the input is
+            pixel-shuffled to the output resolution first (``in_channels / scale²`` channels) and the
+            offsets are predicted there, a lighter conv.
+
+    Weights of the authors' module (tiny-smart/dysample) load with
+    :func:`~upzoo.upsamplers.reference_weights.load_reference_state_dict`; a block built with the
+    authors' arguments (``groups=4``, ``dyscope``, ``style``) computes what theirs does.
 
     Raises:
-        ConfigError: ``in_channels`` not divisible by ``groups``.
+        ConfigError: ``in_channels`` not divisible by ``groups`` (or, for ``pl``, by ``scale²``).
     """
 
     def __init__(
@@ -45,6 +54,7 @@ class DySampleUpsampler(Upsampler):
         scale: int | Sequence[int],
         groups: int | None = None,
         dynamic_scope: bool = False,
+        style: Literal["lp", "pl"] = "lp",
     ) -> None:
         super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
         if groups is None:
@@ -53,12 +63,22 @@ class DySampleUpsampler(Upsampler):
             raise ConfigError(
                 f"dysample groups must be a positive divisor of in_channels={self.in_channels}, got {groups!r}"
             )
-        self.groups = groups
+        if style not in ("lp", "pl"):
+            raise ConfigError(f"dysample style must be 'lp' or 'pl', got {style!r}")
+        if style == "pl" and self.in_channels % self.scale_product:
+            raise ConfigError(
+                f"dysample style 'pl' pixel-shuffles the input first: in_channels={self.in_channels} must be a "
+                f"multiple of the scale product {self.scale_product}; use style 'lp'"
+            )
+        self.groups, self.style = groups, style
         self.dynamic_scope = bool(dynamic_scope)
         conv = conv_nd(self.spatial_dims)
-        offset_channels = self.spatial_dims * groups * self.scale_product
-        self.offset = conv(self.in_channels, offset_channels, kernel_size=1)
-        self.scope = conv(self.in_channels, offset_channels, kernel_size=1) if self.dynamic_scope else None
+        if style == "lp":  # every sub-position's offsets from the input point
+            conv_in, offset_channels = self.in_channels, self.spatial_dims * groups * self.scale_product
+        else:  # offsets predicted at the output resolution from the pixel-shuffled input
+            conv_in, offset_channels = self.in_channels // self.scale_product, self.spatial_dims * groups
+        self.offset = conv(conv_in, offset_channels, kernel_size=1)
+        self.scope = conv(conv_in, offset_channels, kernel_size=1) if self.dynamic_scope else None
         self.proj = (
             conv(self.in_channels, self.out_channels, kernel_size=1) if self.out_channels != self.in_channels else None
         )
@@ -73,16 +93,21 @@ class DySampleUpsampler(Upsampler):
         if self.proj is not None:
             self.proj.reset_parameters()
 
+    def _offsets(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, n * groups, *S_out)`` offsets in input pixels (axis-major, first spatial axis first)."""
+        source = x if self.style == "lp" else pixel_shuffle_nd(x, self.scale)
+        offset = self.offset(source)
+        if self.scope is not None:
+            offset = offset * (0.5 * torch.sigmoid(self.scope(source)))
+        else:
+            offset = offset * 0.25
+        # lp: channels (axis, group, sub-position) -> (B, axis * group, *S_out)
+        return pixel_shuffle_nd(offset, self.scale) if self.style == "lp" else offset
+
     def upsample(self, x: torch.Tensor) -> torch.Tensor:
         n, g = self.spatial_dims, self.groups
         b, c, *spatial = x.shape
-        offset = self.offset(x)
-        if self.scope is not None:
-            offset = offset * (0.5 * torch.sigmoid(self.scope(x)))
-        else:
-            offset = offset * 0.25
-        # channels (axis, group, sub-position) -> (B, axis * group, *S_out), offsets in input pixels
-        offset = pixel_shuffle_nd(offset, self.scale)
+        offset = self._offsets(x)
         out_spatial = offset.shape[2:]
         offset = offset.reshape(b, n, g, *out_spatial)
         coords = []
@@ -100,4 +125,4 @@ class DySampleUpsampler(Upsampler):
         return self.proj(y) if self.proj is not None else y
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, groups={self.groups}, dynamic_scope={self.dynamic_scope}"
+        return f"{super().extra_repr()}, groups={self.groups}, dynamic_scope={self.dynamic_scope}, style={self.style!r}"

@@ -1,0 +1,138 @@
+"""Agreement with the upsampler authors' code: their module ported here (pure PyTorch, from the public
+repository), weights converted with ``load_reference_state_dict`` (and back), outputs and gradients
+compared in float64."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from upzoo import create_upsampler
+from upzoo.errors import ConfigError, ShapeError
+from upzoo.upsamplers.reference_weights import load_reference_state_dict, reference_state_dict
+
+
+class AuthorsDySample(nn.Module):
+    """A port of ``DySample`` from tiny-smart/dysample (``dysample.py``, Liu et al., ICCV 2023): the
+    same layers, buffer and arithmetic, written out for the test (``indexing="ij"`` is their
+    ``meshgrid``'s default)."""
+
+    def __init__(self, in_channels: int, scale: int = 2, style: str = "lp", groups: int = 4, dyscope: bool = False):
+        super().__init__()
+        self.scale, self.style, self.groups = scale, style, groups
+        conv_in = in_channels // scale**2 if style == "pl" else in_channels
+        out = 2 * groups if style == "pl" else 2 * groups * scale**2
+        self.offset = nn.Conv2d(conv_in, out, 1)
+        if dyscope:
+            self.scope = nn.Conv2d(conv_in, out, 1, bias=False)
+        # theirs is computed in the default float32; in float64 here, so that 1/3 is not rounded to
+        # float32 (a 7e-8 difference at scale 3, below float32's resolution, is not a disagreement)
+        h = torch.arange((-scale + 1) / 2, (scale - 1) / 2 + 1, dtype=torch.float64) / scale
+        grid = torch.stack(torch.meshgrid([h, h], indexing="ij")).transpose(1, 2)
+        self.register_buffer("init_pos", grid.repeat(1, groups, 1).reshape(1, -1, 1, 1))
+
+    def sample(self, x: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+        b, _, h, w = offset.shape
+        offset = offset.view(b, 2, -1, h, w)
+        coords_h, coords_w = torch.arange(h) + 0.5, torch.arange(w) + 0.5
+        coords = torch.stack(torch.meshgrid([coords_w, coords_h], indexing="ij")).transpose(1, 2)
+        coords = coords.unsqueeze(1).unsqueeze(0).type(x.dtype)
+        normalizer = torch.tensor([w, h], dtype=x.dtype).view(1, 2, 1, 1, 1)
+        coords = 2 * (coords + offset) / normalizer - 1
+        coords = F.pixel_shuffle(coords.view(b, -1, h, w), self.scale).view(b, 2, -1, self.scale * h, self.scale * w)
+        coords = coords.permute(0, 2, 3, 4, 1).contiguous().flatten(0, 1)
+        sampled = F.grid_sample(x.reshape(b * self.groups, -1, h, w), coords, mode="bilinear", align_corners=False,
+                                padding_mode="border")  # fmt: skip
+        return sampled.view(b, -1, self.scale * h, self.scale * w)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.style == "pl":
+            x_ = F.pixel_shuffle(x, self.scale)
+            raw = self.offset(x_) * self.scope(x_).sigmoid() if hasattr(self, "scope") else self.offset(x_)
+            factor = 0.5 if hasattr(self, "scope") else 0.25
+            return self.sample(x, F.pixel_unshuffle(raw, self.scale) * factor + self.init_pos)
+        if hasattr(self, "scope"):
+            return self.sample(x, self.offset(x) * self.scope(x).sigmoid() * 0.5 + self.init_pos)
+        return self.sample(x, self.offset(x) * 0.25 + self.init_pos)
+
+
+CASES = [
+    (scale, groups, style, dyscope)
+    for scale, groups, style, dyscope in itertools.product([2, 3, 4], [1, 2, 4], ["lp", "pl"], [False, True])
+]
+
+
+@pytest.mark.parametrize("scale, groups, style, dyscope", CASES)
+def test_dysample_equals_the_authors_module_with_their_weights(scale, groups, style, dyscope):
+    torch.manual_seed(scale * 100 + groups * 10 + (style == "pl") * 2 + dyscope)
+    channels = 144  # divisible by every scale² and group count here
+    torch.set_default_dtype(torch.float64)
+    try:
+        ref = AuthorsDySample(channels, scale, style, groups, dyscope)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    with torch.no_grad():
+        for parameter in ref.parameters():
+            parameter.normal_(0, 0.3)  # offsets of several pixels, not the near-zero initial ones
+    block = create_upsampler("dysample", spatial_dims=2, in_channels=channels, out_channels=channels, scale=scale,
+                             groups=groups, style=style, dynamic_scope=dyscope).double()  # fmt: skip
+    load_reference_state_dict(block, ref.state_dict(), source="dysample")
+    x = torch.randn(2, channels, 5, 6, dtype=torch.float64, requires_grad=True)
+    expected = ref(x)
+    got = block(x)
+    assert (got - expected).abs().max() <= 1e-10
+    grad = torch.randn_like(expected)
+    (gx_ref,) = torch.autograd.grad(expected, x, grad)
+    (gx,) = torch.autograd.grad(got, x, grad)
+    assert (gx - gx_ref).abs().max() <= 1e-10
+    back = reference_state_dict(block, source="dysample")
+    assert set(back) == {k for k in ref.state_dict() if k != "init_pos"}
+    for key, value in back.items():
+        torch.testing.assert_close(value, ref.state_dict()[key], rtol=0, atol=0)
+
+
+def test_a_fresh_block_starts_where_the_authors_block_starts():
+    torch.manual_seed(0)
+    block = create_upsampler("dysample", spatial_dims=2, in_channels=64, out_channels=64, scale=2, dynamic_scope=True)
+    assert block.offset.weight.std().item() == pytest.approx(0.001, rel=0.1) and not block.offset.bias.any()
+    assert not block.scope.weight.any() and not block.scope.bias.any()
+
+
+def test_conversion_errors_name_the_keys_and_shapes():
+    block = create_upsampler("dysample", spatial_dims=2, in_channels=16, out_channels=16, scale=2)
+    ref = AuthorsDySample(16, 2, "lp", 4, dyscope=True)
+    with pytest.raises(ShapeError, match=r"missing nothing, unexpected \['scope.weight'\]"):
+        load_reference_state_dict(block, ref.state_dict(), source="dysample")
+    other = AuthorsDySample(16, 2, "lp", 2).state_dict()
+    with pytest.raises(ShapeError, match=r"dysample offset.bias has shape \(16,\), this block \(32,\)"):
+        load_reference_state_dict(block, other, source="dysample")
+    with pytest.raises(ConfigError, match="source must be one of dysample, got 'carafe'"):
+        load_reference_state_dict(block, other, source="carafe")
+    scoped = create_upsampler("dysample", spatial_dims=2, in_channels=16, out_channels=16, scale=2, dynamic_scope=True)
+    with torch.no_grad():
+        scoped.scope.bias.fill_(0.5)
+    with pytest.raises(ConfigError, match="scope.bias is not zero; the authors' scope conv has no bias"):
+        reference_state_dict(scoped, source="dysample")
+
+
+def test_pl_style_needs_channels_divisible_by_the_scale_product():
+    with pytest.raises(ConfigError, match=r"in_channels=6 must be a multiple of the scale product 4"):
+        create_upsampler("dysample", spatial_dims=2, in_channels=6, out_channels=6, scale=2, style="pl", groups=1)
+
+
+def test_pl_style_compiles_fullgraph_and_exports_with_dynamic_sizes():
+    from torch.export import Dim
+
+    block = create_upsampler("dysample", spatial_dims=2, in_channels=16, out_channels=16, scale=2, style="pl",
+                             dynamic_scope=True).eval()  # fmt: skip
+    x = torch.randn(2, 16, 5, 7)
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager", dynamic=True)
+    torch.testing.assert_close(compiled(x), block(x))
+    dynamic = ({0: Dim.DYNAMIC, 2: Dim.DYNAMIC, 3: Dim.DYNAMIC},)
+    program = torch.export.export(block, (x,), dynamic_shapes=dynamic).module()
+    other = torch.randn(1, 16, 6, 4)
+    torch.testing.assert_close(program(other), block(other))

@@ -1,0 +1,93 @@
+"""Weights trained with the upsampler authors' code, loaded into upzoo blocks — and back.
+
+Sources: ``"dysample"``, the ``DySample`` module of tiny-smart/dysample (Liu et al., ICCV 2023;
+``style`` 'lp' or 'pl', any ``groups``, with or without ``dyscope``). The mapping, so it never has to
+be worked out by hand again:
+
+* offsets: the authors order the offset conv's output rows ``(x, y)`` (width axis first); upzoo
+  orders them by spatial axis, ``(y, x)``. Within an axis the rows are ``(group, sub-position)`` in
+  both (``lp``) or ``group`` (``pl``), so only the two axis blocks swap.
+* dynamic scope: the authors' scope conv has no bias; upzoo's has one, set to 0 on loading. Going
+  back, a non-zero scope bias cannot be expressed and is refused.
+* ``init_pos`` (the authors' buffer of sub-position offsets) is recomputed in upzoo from the scale.
+
+A block built with the authors' arguments then computes what their module computes (tested against
+a port of it to 1e-10 in float64, outputs and gradients).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from upzoo.errors import ConfigError, ShapeError
+
+__all__ = ["load_reference_state_dict", "reference_state_dict", "SOURCES"]
+
+SOURCES = ("dysample",)
+
+
+def _swap_axes(weight: torch.Tensor, spatial_dims: int) -> torch.Tensor:
+    """Reverse the order of the ``spatial_dims`` equal blocks of rows: (x, y) <-> (y, x)."""
+    blocks = weight.reshape(spatial_dims, -1, *weight.shape[1:])
+    return blocks.flip(0).reshape(weight.shape)
+
+
+def _check_source(block: nn.Module, source: str) -> None:
+    from upzoo.upsamplers.dysample import DySampleUpsampler
+
+    if source not in SOURCES:
+        raise ConfigError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
+    if not isinstance(block, DySampleUpsampler) or block.spatial_dims != 2:
+        raise ConfigError(f"source {source!r} converts into a 2D dysample block, got {type(block).__name__}")
+    if block.proj is not None:
+        raise ConfigError("the authors' DySample keeps the channels: build the block with out_channels == in_channels")
+
+
+def load_reference_state_dict(block: nn.Module, state_dict: Mapping[str, Any], *, source: str) -> nn.Module:
+    """Load ``state_dict`` of the authors' module (``source``) into ``block``; returns ``block``.
+
+    Raises:
+        ConfigError: an unknown source, or a block that cannot hold the reference's weights.
+        ShapeError: missing, unexpected or misshapen keys, named with both shapes.
+    """
+    _check_source(block, source)
+    expected = {"offset.weight", "offset.bias"} | ({"scope.weight"} if block.scope is not None else set())
+    given = {k for k in state_dict if k != "init_pos"}
+    if given != expected:
+        missing, extra = sorted(expected - given), sorted(given - expected)
+        raise ShapeError(
+            f"{source} state dict does not fit this block (dynamic_scope={block.dynamic_scope}): "
+            f"missing {missing or 'nothing'}, unexpected {extra or 'nothing'}"
+        )
+    own = block.state_dict()
+    converted = {}
+    for key in sorted(expected):
+        value = torch.as_tensor(state_dict[key])
+        if value.shape != own[key].shape:
+            raise ShapeError(f"{source} {key} has shape {tuple(value.shape)}, this block {tuple(own[key].shape)}")
+        converted[key] = _swap_axes(value, 2)
+    if block.scope is not None:
+        converted["scope.bias"] = torch.zeros_like(own["scope.bias"])
+    block.load_state_dict(converted)
+    return block
+
+
+def reference_state_dict(block: nn.Module, *, source: str) -> dict[str, torch.Tensor]:
+    """``block``'s weights as a state dict of the authors' module (``source``), e.g. to take a block
+    trained in upzoo back into a codebase built on their module (``init_pos`` is theirs to compute).
+
+    Raises:
+        ConfigError: an unknown source, or weights the reference cannot express (a non-zero scope bias).
+    """
+    _check_source(block, source)
+    own = block.state_dict()
+    out = {"offset.weight": _swap_axes(own["offset.weight"], 2), "offset.bias": _swap_axes(own["offset.bias"], 2)}
+    if block.scope is not None:
+        if bool(own["scope.bias"].any()):
+            raise ConfigError("this block's scope.bias is not zero; the authors' scope conv has no bias")
+        out["scope.weight"] = _swap_axes(own["scope.weight"], 2)
+    return {k: v.detach().clone() for k, v in out.items()}
