@@ -63,9 +63,11 @@ def fade_reference(block, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
 
 
 def sapa_reference(block, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
-    """SAPA from its equations: per output point, softmax over the neighbours (inside the image) of
-    its source point of the similarity between the normalised encoder point and each normalised
-    decoder point (projected for SAPA-B), then the weighted sum of the raw decoder features."""
+    """SAPA from its equations: per output point, softmax over the neighbours of its source point of
+    the similarity between the normalised encoder point and each normalised decoder point (projected
+    for SAPA-B), then the weighted sum of the raw decoder features. Neighbours outside the image:
+    with ``border="zeros"`` (the authors' CUDA kernels, poppinace/sapa) they stay in the softmax with
+    similarity 0 and value 0; with ``border="masked"`` they take no part."""
     k, scale = block.kernel_size, block.scale
 
     def norm(layer, t):
@@ -79,11 +81,15 @@ def sapa_reference(block, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
     for i in range(guide.shape[2]):
         for j in range(guide.shape[3]):
             si, sj = _source(i, j, scale)
-            neighbours = [where for _, where in _window(x, si, sj, k) if where is not None]
-            sims = torch.stack([(q[:, i, j] * key[:, a, b]).sum(-1) for a, b in neighbours], dim=1)
+            window = [where for _, where in _window(x, si, sj, k)]
+            if block.border == "masked":
+                window = [where for where in window if where is not None]
+            zero = torch.zeros(x.shape[0], dtype=x.dtype)
+            sims = torch.stack([zero if w is None else (q[:, i, j] * key[:, w[0], w[1]]).sum(-1) for w in window], 1)
             weights = torch.softmax(sims, dim=1)
-            for n, (a, b) in enumerate(neighbours):
-                out[:, :, i, j] += weights[:, n, None] * x[:, :, a, b]
+            for n, where in enumerate(window):
+                if where is not None:  # outside: value 0
+                    out[:, :, i, j] += weights[:, n, None] * x[:, :, where[0], where[1]]
     return block.proj(out) if block.proj is not None else out
 
 
@@ -92,6 +98,8 @@ BLOCKS = [
     ("fade", {"gate": False, "kernel_size": 3}, fade_reference),
     ("sapa", {}, sapa_reference),
     ("sapa", {"variant": "inner", "kernel_size": 3}, sapa_reference),
+    ("sapa", {"border": "masked"}, sapa_reference),
+    ("sapa", {"variant": "inner", "kernel_size": 3, "border": "masked"}, sapa_reference),
 ]
 
 

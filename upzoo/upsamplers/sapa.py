@@ -19,6 +19,7 @@ from upzoo.upsamplers.reassembly import reassemble
 __all__ = ["SapaUpsampler"]
 
 Variant = Literal["bilinear", "inner"]
+Border = Literal["zeros", "masked"]
 
 
 def _source_layout(q: torch.Tensor, scale: Sequence[int]) -> torch.Tensor:
@@ -46,9 +47,11 @@ class SapaUpsampler(Upsampler):
     ``x (B, C_in, H, W), guide (B, C_guide, H*s_h, W*s_w) -> (B, C_out, H*s_h, W*s_w)``. Both
     features are layer-normalised per point; the kernel of output point ``p`` over the
     ``kernel_size x kernel_size`` neighbourhood ``N(p)`` of its source point is
-    ``softmax_{q in N(p)} sim(guide_p, x_q)`` (neighbours outside the image take no part), and the
-    output is the kernel-weighted sum of ``x`` over ``N(p)`` (the decoder feature itself, not
-    normalised). The similarity is
+    ``softmax_{q in N(p)} sim(guide_p, x_q)`` and the output is the kernel-weighted sum of ``x`` over
+    ``N(p)`` (the decoder feature itself, not normalised). Neighbours outside the image: with
+    ``border="zeros"`` (the default, as the authors' kernels and upzoo's CARAFE and FADE) they stay in
+    the softmax with similarity 0 and value 0; with ``border="masked"`` they take no part (the
+    behaviour before this option). The similarity is
 
     * ``bilinear`` (SAPA-B, the released model): ``(W_q guide_p)ᵀ (W_k x_q)`` with learned
       projections to ``embedding_channels``;
@@ -64,6 +67,7 @@ class SapaUpsampler(Upsampler):
         kernel_size: neighbourhood (odd), 5 in the paper.
         embedding_channels: width of the query/key projections (``bilinear``), 64 in the paper.
         variant: ``bilinear`` or ``inner``.
+        border: ``zeros`` (the authors') or ``masked``, see above.
 
     >>> up = SapaUpsampler(spatial_dims=2, in_channels=8, out_channels=8, scale=2, guide_channels=4)
     >>> up(torch.rand(1, 8, 5, 6), torch.rand(1, 4, 10, 12)).shape
@@ -84,6 +88,7 @@ class SapaUpsampler(Upsampler):
         kernel_size: int = 5,
         embedding_channels: int = 64,
         variant: Variant = "bilinear",
+        border: Border = "zeros",
     ) -> None:
         super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
         self.guide_channels = check_positive_int(guide_channels, "guide_channels")
@@ -96,7 +101,9 @@ class SapaUpsampler(Upsampler):
                 f"sapa variant 'inner' compares features directly: guide_channels "
                 f"({self.guide_channels}) must equal in_channels ({self.in_channels}); use 'bilinear'"
             )
-        self.kernel_size, self.variant = kernel_size, variant
+        if border not in ("zeros", "masked"):
+            raise ConfigError(f"sapa border must be 'zeros' or 'masked', got {border!r}")
+        self.kernel_size, self.variant, self.border = kernel_size, variant, border
         learned = variant == "bilinear"
         self.norm_guide = nn.LayerNorm(self.guide_channels, elementwise_affine=learned)
         self.norm_x = nn.LayerNorm(self.in_channels, elementwise_affine=learned)
@@ -115,14 +122,19 @@ class SapaUpsampler(Upsampler):
         q, k = self.norm_guide(guide.movedim(1, -1)), self.norm_x(x.movedim(1, -1))
         if self.query is not None:
             q, k = self.query(q), self.key(k)
+        # keys are zero-padded, so a neighbour outside the image has similarity 0 (border "zeros")
         similarity = torch.matmul(_source_layout(q, self.scale), _windows(k, self.kernel_size))  # (B, H, W, r, k²)
-        inside = _windows(torch.ones_like(k[:1, :, :, :1]), self.kernel_size) > 0  # (1, H, W, 1, k²)
-        weights = similarity.masked_fill(~inside, float("-inf")).softmax(dim=-1)
-        return weights.permute(0, 4, 3, 1, 2)
+        if self.border == "masked":
+            inside = _windows(torch.ones_like(k[:1, :, :, :1]), self.kernel_size) > 0  # (1, H, W, 1, k²)
+            similarity = similarity.masked_fill(~inside, float("-inf"))
+        return similarity.softmax(dim=-1).permute(0, 4, 3, 1, 2)
 
     def upsample(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
         y = reassemble(x, self.kernels(x, guide), self.kernel_size, self.scale)
         return self.proj(y) if self.proj is not None else y
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, guide_channels={self.guide_channels}, variant={self.variant!r}"
+        return (
+            f"{super().extra_repr()}, guide_channels={self.guide_channels}, variant={self.variant!r}, "
+            f"border={self.border!r}"
+        )
