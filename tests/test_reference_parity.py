@@ -136,3 +136,38 @@ def test_pl_style_compiles_fullgraph_and_exports_with_dynamic_sizes():
     program = torch.export.export(block, (x,), dynamic_shapes=dynamic).module()
     other = torch.randn(1, 16, 6, 4)
     torch.testing.assert_close(program(other), block(other))
+
+
+def _mean_largest_kernel_weight(block, x, guide=None) -> float:
+    kernels = block.kernels(x, guide) if guide is not None else None
+    if kernels is None:  # carafe: its kernels from the encoder, as in its upsample
+        b, _, h, w = x.shape
+        logits = block.encoder(block.compress(x)).reshape(b, block.kernel_up**2, block.scale_product, h, w)
+        kernels = logits.softmax(dim=1)
+    return float(kernels.max(dim=1).values.mean())
+
+
+def test_fresh_carafe_and_fade_start_where_the_references_start():
+    """mmcv's CARAFEPack: compressor xavier-uniform, content encoder N(0, 0.001), zero biases: its
+    kernels start nearly uniform (largest weight ~1/25). FADE (poppinace/fade): content conv
+    xavier-normal, gate xavier-uniform, zero biases: its kernels start peaked."""
+    torch.manual_seed(0)
+    carafe = create_upsampler("carafe", spatial_dims=2, in_channels=64, out_channels=64, scale=2)
+    assert carafe.encoder.weight.std().item() == pytest.approx(0.001, rel=0.05)
+    assert not carafe.encoder.bias.any() and not carafe.compress.bias.any()
+    bound = (6 / (64 + 64)) ** 0.5  # xavier uniform of a 64 -> 64 1x1 conv
+    assert carafe.compress.weight.abs().max().item() <= bound
+    x = torch.randn(2, 64, 12, 12)
+    with torch.no_grad():
+        assert 0.040 <= _mean_largest_kernel_weight(carafe, x) <= 0.045  # mmcv's: 0.042; uniform: 0.040
+    fade = create_upsampler("fade", spatial_dims=2, in_channels=64, out_channels=64, scale=2, guide_channels=64)
+    fan_in, fan_out = 64 * 9, 25 * 9
+    assert fade.content.weight.std().item() == pytest.approx((2 / (fan_in + fan_out)) ** 0.5, rel=0.05)
+    assert not fade.content.bias.any() and not fade.gate.bias.any()
+    assert fade.gate.weight.abs().max().item() <= (6 / (64 + 1)) ** 0.5
+    guide = torch.randn(2, 64, 24, 24)
+    with torch.no_grad():
+        peak = _mean_largest_kernel_weight(fade, x, guide)
+        fade.content.reset_parameters()  # PyTorch's default, what upzoo used before
+        default = _mean_largest_kernel_weight(fade, x, guide)
+    assert peak > 1.5 * default  # the reference's init starts peaked (0.18 vs 0.09 here), as the authors' runs did

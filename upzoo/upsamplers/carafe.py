@@ -61,6 +61,17 @@ class CarafeUpsampler(Upsampler):
             if self.out_channels != self.in_channels
             else None
         )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """mmcv's ``CARAFEPack`` initialisation: the compressor xavier-uniform, the content encoder
+        N(0, 0.001) (so a fresh block's kernels are nearly uniform), zero biases."""
+        nn.init.xavier_uniform_(self.compress.weight)
+        nn.init.zeros_(self.compress.bias)
+        nn.init.normal_(self.encoder.weight, std=0.001)
+        nn.init.zeros_(self.encoder.bias)
+        if self.proj is not None:
+            self.proj.reset_parameters()
 
     def upsample(self, x: torch.Tensor) -> torch.Tensor:
         b, _, h, w = x.shape

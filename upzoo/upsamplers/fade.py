@@ -80,6 +80,16 @@ class FadeUpsampler(Upsampler):
         needs_align = gate and self.guide_channels != self.in_channels
         self.align = nn.Conv2d(self.guide_channels, self.in_channels, 1) if needs_align else None
         self.proj = nn.Conv2d(self.in_channels, self.out_channels, 1) if self.out_channels != self.in_channels else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The authors' initialisation (poppinace/fade): the shared content conv xavier-normal, the
+        gate conv xavier-uniform, zero biases; the compressions keep PyTorch's default."""
+        nn.init.xavier_normal_(self.content.weight)
+        nn.init.zeros_(self.content.bias)
+        if self.gate is not None:
+            nn.init.xavier_uniform_(self.gate.weight)
+            nn.init.zeros_(self.gate.bias)
 
     def kernels(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
         """Softmax-normalised kernels ``(B, k², s_h * s_w, H, W)`` by semi-shift convolution."""
