@@ -95,6 +95,7 @@ def test_two_local_workers_give_the_table_of_a_sequential_run(cache, tmp_path):
     assert _per_seed(rows_par) == _per_seed(rows_seq)  # to the last digit: CPU training is deterministic
 
 
+@pytest.mark.slow  # 8 s: a worker start-up, a kill and a retry
 def test_a_killed_cell_is_reported_failed_retried_and_continues_from_last_pt(cache, tmp_path):
     import psutil
 
