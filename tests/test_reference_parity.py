@@ -110,8 +110,8 @@ def test_conversion_errors_name_the_keys_and_shapes():
     other = AuthorsDySample(16, 2, "lp", 2).state_dict()
     with pytest.raises(ShapeError, match=r"dysample offset.bias has shape \(16,\), this block \(32,\)"):
         load_reference_state_dict(block, other, source="dysample")
-    with pytest.raises(ConfigError, match="source must be one of dysample, got 'carafe'"):
-        load_reference_state_dict(block, other, source="carafe")
+    with pytest.raises(ConfigError, match="source must be one of carafe, fade, sapa, dysample, got 'mmcv'"):
+        load_reference_state_dict(block, other, source="mmcv")
     scoped = create_upsampler("dysample", spatial_dims=2, in_channels=16, out_channels=16, scale=2, dynamic_scope=True)
     with torch.no_grad():
         scoped.scope.bias.fill_(0.5)
@@ -171,3 +171,168 @@ def test_fresh_carafe_and_fade_start_where_the_references_start():
         fade.content.reset_parameters()  # PyTorch's default, what upzoo used before
         default = _mean_largest_kernel_weight(fade, x, guide)
     assert peak > 1.5 * default  # the reference's init starts peaked (0.18 vs 0.09 here), as the authors' runs did
+
+
+def _neighbourhoods_up(t: torch.Tensor, k: int, s: int) -> torch.Tensor:
+    """``(B, C, H, W) -> (B, C, k², H*s, W*s)``: each output point's k x k neighbourhood of its source
+    point, zero outside the image (what the references' kernels read)."""
+    b, c, h, w = t.shape
+    windows = F.unfold(t, k, padding=k // 2).view(b, c, k * k, h, w)
+    return windows.repeat_interleave(s, dim=3).repeat_interleave(s, dim=4)
+
+
+class MmcvCarafePack(nn.Module):
+    """A port of mmcv's ``CARAFEPack`` (``mmcv/ops/carafe.py``) with its naive CARAFE: compress,
+    encode ``k_up² * s²`` logits, pixel-shuffle them to the output, softmax over the ``k_up²`` taps,
+    reassemble the zero-padded source neighbourhood."""
+
+    def __init__(self, channels: int, scale: int, up_kernel: int = 5, encoder_kernel: int = 3, compressed: int = 64):
+        super().__init__()
+        self.scale, self.up_kernel = scale, up_kernel
+        self.channel_compressor = nn.Conv2d(channels, compressed, 1)
+        self.content_encoder = nn.Conv2d(
+            compressed, up_kernel**2 * scale**2, encoder_kernel, padding=encoder_kernel // 2
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = F.pixel_shuffle(self.content_encoder(self.channel_compressor(x)), self.scale).softmax(dim=1)
+        return torch.einsum("bckhw,bkhw->bchw", _neighbourhoods_up(x, self.up_kernel, self.scale), mask)
+
+
+class AuthorsFade(nn.Module):
+    """A port of ``FADE`` from poppinace/fade (``FADE_H2L.py``, the mmcv-based implementation; scale
+    2, square inputs as there): the gate from the decoder feature, kernels by semi-shift convolution
+    (the encoder feature through a stride-2 conv over its four half-pixel-shifted paddings, plus the
+    decoder's), CARAFE of the decoder feature, ``gate * en + (1 - gate) * carafe``. (The repository's
+    einops copy in ``pytorch_implementation/`` splits the concatenated paddings as ``(c scale_2)``,
+    which mixes channels across the four shifts; the mmcv-based module is the one the paper's
+    results come from.)"""
+
+    def __init__(self, channels: int, embedding: int = 64, k: int = 5):
+        super().__init__()
+        self.k = k
+        self.gate_generator = nn.Module()
+        self.gate_generator.conv = nn.Conv2d(channels, 1, 1)
+        self.kernel_generator = nn.Module()
+        self.kernel_generator.conv1_en = nn.Conv2d(channels, embedding, 1)
+        self.kernel_generator.conv1_de = nn.Conv2d(channels, embedding, 1, bias=False)
+        self.kernel_generator.conv2_kernels = nn.Parameter(torch.randn(k * k, embedding, 3, 3))
+        self.kernel_generator.conv2_bias = nn.Parameter(torch.randn(k * k))
+
+    def forward(self, en: torch.Tensor, de: torch.Tensor) -> torch.Tensor:
+        gen = self.kernel_generator
+        b, _, h, w = de.shape
+        compressed_en, compressed_de = gen.conv1_en(en), gen.conv1_de(de)
+        pads = [F.pad(compressed_en, p) for p in ([1, 0, 1, 0], [0, 1, 1, 0], [1, 0, 0, 1], [0, 1, 0, 1])]
+        c = compressed_en.shape[1]
+        pad_en = torch.cat(pads, dim=1).view(b * 4, c, 2 * h + 1, 2 * w + 1)  # one shift per sample
+        kernels = F.conv2d(pad_en, gen.conv2_kernels, gen.conv2_bias, stride=2)
+        kernels = kernels.view(b, 4, self.k**2, h, w)
+        kernels = kernels + F.conv2d(compressed_de, gen.conv2_kernels, gen.conv2_bias, padding=1).unsqueeze(1)
+        kernels = kernels.view(b, 2, 2, self.k**2, h, w).permute(0, 3, 4, 1, 5, 2).reshape(b, self.k**2, 2 * h, 2 * w)
+        kernels = kernels.softmax(dim=1)
+        gate = torch.sigmoid(F.interpolate(self.gate_generator.conv(de), scale_factor=2))
+        reassembled = torch.einsum("bckhw,bkhw->bchw", _neighbourhoods_up(de, self.k, 2), kernels)
+        return gate * en + (1 - gate) * reassembled
+
+
+class AuthorsSapa(nn.Module):
+    """A port of ``SAPA`` from poppinace/sapa (``SAPA.py``, SAPA-B) with its CUDA kernels' semantics
+    written out: the similarity of each output point's query with the keys of its source point's
+    neighbourhood (0 outside the image), softmax, and the weighted sum of the raw decoder feature
+    (0 outside)."""
+
+    def __init__(self, dim_y: int, dim_x: int, up_factor: int, k: int = 5, embedding: int = 64):
+        super().__init__()
+        self.up_factor, self.k = up_factor, k
+        self.norm_y, self.norm_x = nn.LayerNorm(dim_y), nn.LayerNorm(dim_x)
+        self.q, self.k_proj = nn.Linear(dim_y, embedding), nn.Linear(dim_x, embedding)
+
+    def state_dict(self, *args, **kwargs):  # their key is 'k', which is also our kernel size here
+        sd = super().state_dict(*args, **kwargs)
+        return {("k." + key[len("k_proj.") :] if key.startswith("k_proj.") else key): v for key, v in sd.items()}
+
+    def forward(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        q = self.q(self.norm_y(y.permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        key = self.k_proj(self.norm_x(x.permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        sim = (q.unsqueeze(2) * _neighbourhoods_up(key, self.k, self.up_factor)).sum(1)
+        attn = sim.softmax(dim=1)
+        return torch.einsum("bckhw,bkhw->bchw", _neighbourhoods_up(x, self.k, self.up_factor), attn)
+
+
+def _randomise(module: nn.Module) -> None:
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(0, 0.3)
+
+
+def _float64(factory):
+    torch.set_default_dtype(torch.float64)
+    try:
+        return factory()
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.parametrize("scale, up_kernel, encoder_kernel", [(2, 5, 3), (3, 3, 1), (4, 5, 5)])
+def test_carafe_equals_mmcv_carafepack_with_its_weights(scale, up_kernel, encoder_kernel):
+    torch.manual_seed(scale)
+    ref = _float64(lambda: MmcvCarafePack(8, scale, up_kernel, encoder_kernel, compressed=6))
+    _randomise(ref)
+    options = dict(kernel_up=up_kernel, kernel_encoder=encoder_kernel, compressed_channels=6)
+    block = create_upsampler("carafe", spatial_dims=2, in_channels=8, out_channels=8, scale=scale, **options).double()
+    load_reference_state_dict(block, ref.state_dict(), source="carafe")
+    x = torch.randn(2, 8, 5, 6, dtype=torch.float64, requires_grad=True)
+    _assert_same(block(x), ref(x), [x])
+    assert set(reference_state_dict(block, source="carafe")) == set(ref.state_dict())
+
+
+def test_fade_equals_the_authors_module_with_their_weights():
+    torch.manual_seed(1)
+    ref = _float64(lambda: AuthorsFade(6, embedding=4))
+    _randomise(ref)
+    block = create_upsampler("fade", spatial_dims=2, in_channels=6, out_channels=6, scale=2, guide_channels=6,
+                             embedding_channels=4).double()  # fmt: skip
+    load_reference_state_dict(block, ref.state_dict(), source="fade")
+    de = torch.randn(2, 6, 5, 5, dtype=torch.float64, requires_grad=True)
+    en = torch.randn(2, 6, 10, 10, dtype=torch.float64, requires_grad=True)
+    _assert_same(block(de, en), ref(en, de), [de, en])
+    back = reference_state_dict(block, source="fade")
+    assert all(torch.equal(back[key], value) for key, value in ref.state_dict().items())
+
+
+@pytest.mark.parametrize("scale, kernel", [(2, 5), (3, 3), (4, 5)])
+def test_sapa_equals_the_authors_module_with_their_weights(scale, kernel):
+    torch.manual_seed(scale)
+    ref = _float64(lambda: AuthorsSapa(dim_y=5, dim_x=6, up_factor=scale, k=kernel, embedding=4))
+    _randomise(ref)
+    block = create_upsampler("sapa", spatial_dims=2, in_channels=6, out_channels=6, scale=scale, guide_channels=5,
+                             kernel_size=kernel, embedding_channels=4).double()  # fmt: skip
+    load_reference_state_dict(block, ref.state_dict(), source="sapa")
+    x = torch.randn(2, 6, 4, 5, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(2, 5, 4 * scale, 5 * scale, dtype=torch.float64, requires_grad=True)
+    _assert_same(block(x, y), ref(y, x), [x, y])  # every border point included: zeros, as their kernels
+
+
+def _assert_same(got: torch.Tensor, expected: torch.Tensor, inputs: list[torch.Tensor]) -> None:
+    assert got.shape == expected.shape and (got - expected).abs().max() <= 1e-10
+    grad = torch.randn_like(expected)
+    for ours, theirs in zip(torch.autograd.grad(got, inputs, grad), torch.autograd.grad(expected, inputs, grad)):
+        assert (ours - theirs).abs().max() <= 1e-10
+
+
+def test_converters_refuse_blocks_that_cannot_hold_the_reference():
+    inner = create_upsampler("sapa", spatial_dims=2, in_channels=4, out_channels=4, scale=2, guide_channels=4,
+                             variant="inner")  # fmt: skip
+    with pytest.raises(ConfigError, match="the reference SAPA is SAPA-B"):
+        reference_state_dict(inner, source="sapa")
+    carafe = create_upsampler("carafe", spatial_dims=2, in_channels=4, out_channels=8, scale=2)
+    with pytest.raises(ConfigError, match="the reference carafe keeps the channels"):
+        reference_state_dict(carafe, source="carafe")
+    same = create_upsampler("carafe", spatial_dims=2, in_channels=4, out_channels=4, scale=2)
+    with pytest.raises(ConfigError, match="source 'fade' converts into a 2D fade block, got CarafeUpsampler"):
+        reference_state_dict(same, source="fade")
+    with pytest.raises(ShapeError, match=r"missing \['content_encoder.bias'\]"):
+        theirs = reference_state_dict(same, source="carafe")
+        del theirs["content_encoder.bias"]
+        load_reference_state_dict(same, theirs, source="carafe")

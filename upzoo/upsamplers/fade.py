@@ -83,10 +83,14 @@ class FadeUpsampler(Upsampler):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """The authors' initialisation (poppinace/fade): the shared content conv xavier-normal, the
-        gate conv xavier-uniform, zero biases; the compressions keep PyTorch's default."""
+        """The authors' initialisation (poppinace/fade, ``FADE_H2L.py``): the shared content conv
+        xavier-normal, the compressions and the gate xavier-uniform, zero biases."""
         nn.init.xavier_normal_(self.content.weight)
         nn.init.zeros_(self.content.bias)
+        for conv in (self.compress_guide, self.compress_x):
+            nn.init.xavier_uniform_(conv.weight)
+            if conv.bias is not None:
+                nn.init.zeros_(conv.bias)
         if self.gate is not None:
             nn.init.xavier_uniform_(self.gate.weight)
             nn.init.zeros_(self.gate.bias)

@@ -1,8 +1,19 @@
 """Weights trained with the upsampler authors' code, loaded into upzoo blocks — and back.
 
-Sources: ``"dysample"``, the ``DySample`` module of tiny-smart/dysample (Liu et al., ICCV 2023;
-``style`` 'lp' or 'pl', any ``groups``, with or without ``dyscope``). The mapping, so it never has to
-be worked out by hand again:
+Sources and their mappings, so they never have to be worked out by hand again:
+
+* ``"carafe"``: mmcv's ``CARAFEPack`` (Wang et al., ICCV 2019): ``channel_compressor`` ->
+  ``compress``, ``content_encoder`` -> ``encoder``; the kernel channels are ordered (tap,
+  sub-position) in both.
+* ``"fade"``: ``FADE`` of poppinace/fade (Lu et al., ECCV 2022; ``pytorch_implementation``):
+  ``gate_generator.conv`` -> ``gate``, ``kernel_generator.conv1_en`` -> ``compress_guide``,
+  ``kernel_generator.conv1_de`` -> ``compress_x``, ``kernel_generator.conv2_kernels`` and
+  ``conv2_bias`` -> ``content``. Their encoder feature is upzoo's guide, their decoder feature x.
+* ``"sapa"``: ``SAPA`` of poppinace/sapa (Lu et al., NeurIPS 2022; SAPA-B): ``norm_y`` ->
+  ``norm_guide``, ``q`` -> ``query``, ``k`` -> ``key`` (``norm_x`` keeps its name). Build the block
+  with ``border="zeros"`` (the default) to compute what their kernels compute.
+* ``"dysample"``, the ``DySample`` module of tiny-smart/dysample (Liu et al., ICCV 2023; ``style``
+  'lp' or 'pl', any ``groups``, with or without ``dyscope``):
 
 * offsets: the authors order the offset conv's output rows ``(x, y)`` (width axis first); upzoo
   orders them by spatial axis, ``(y, x)``. Within an axis the rows are ``(group, sub-position)`` in
@@ -27,7 +38,36 @@ from upzoo.errors import ConfigError, ShapeError
 
 __all__ = ["load_reference_state_dict", "reference_state_dict", "SOURCES"]
 
-SOURCES = ("dysample",)
+SOURCES = ("carafe", "fade", "sapa", "dysample")
+
+#: reference key -> upzoo key, for the sources that only rename
+RENAMES: dict[str, dict[str, str]] = {
+    "carafe": {
+        "channel_compressor.weight": "compress.weight",
+        "channel_compressor.bias": "compress.bias",
+        "content_encoder.weight": "encoder.weight",
+        "content_encoder.bias": "encoder.bias",
+    },
+    "fade": {
+        "gate_generator.conv.weight": "gate.weight",
+        "gate_generator.conv.bias": "gate.bias",
+        "kernel_generator.conv1_en.weight": "compress_guide.weight",
+        "kernel_generator.conv1_en.bias": "compress_guide.bias",
+        "kernel_generator.conv1_de.weight": "compress_x.weight",
+        "kernel_generator.conv2_kernels": "content.weight",
+        "kernel_generator.conv2_bias": "content.bias",
+    },
+    "sapa": {
+        "norm_y.weight": "norm_guide.weight",
+        "norm_y.bias": "norm_guide.bias",
+        "norm_x.weight": "norm_x.weight",
+        "norm_x.bias": "norm_x.bias",
+        "q.weight": "query.weight",
+        "q.bias": "query.bias",
+        "k.weight": "key.weight",
+        "k.bias": "key.bias",
+    },
+}
 
 
 def _swap_axes(weight: torch.Tensor, spatial_dims: int) -> torch.Tensor:
@@ -37,14 +77,42 @@ def _swap_axes(weight: torch.Tensor, spatial_dims: int) -> torch.Tensor:
 
 
 def _check_source(block: nn.Module, source: str) -> None:
-    from upzoo.upsamplers.dysample import DySampleUpsampler
+    from upzoo.registry import UPSAMPLERS
 
     if source not in SOURCES:
         raise ConfigError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-    if not isinstance(block, DySampleUpsampler) or block.spatial_dims != 2:
-        raise ConfigError(f"source {source!r} converts into a 2D dysample block, got {type(block).__name__}")
-    if block.proj is not None:
-        raise ConfigError("the authors' DySample keeps the channels: build the block with out_channels == in_channels")
+    expected = UPSAMPLERS.info(source).factory
+    if type(block) is not expected or block.spatial_dims != 2:
+        raise ConfigError(f"source {source!r} converts into a 2D {source} block, got {type(block).__name__}")
+    if getattr(block, "proj", None) is not None:
+        raise ConfigError(
+            f"the reference {source} keeps the channels: build the block with out_channels == in_channels"
+        )
+    if source == "fade" and (block.gate is None or block.align is not None):
+        raise ConfigError(
+            "the reference FADE has a gate and a guide of the block's width: gate=True, guide_channels == in_channels"
+        )
+    if source == "sapa" and block.variant != "bilinear":
+        raise ConfigError("the reference SAPA is SAPA-B: build the block with variant='bilinear'")
+
+
+def _renamed(block: nn.Module, state_dict: Mapping[str, Any], source: str) -> dict[str, torch.Tensor]:
+    mapping, own = RENAMES[source], block.state_dict()
+    given = set(state_dict)
+    if given != set(mapping):
+        missing, extra = sorted(set(mapping) - given), sorted(given - set(mapping))
+        raise ShapeError(
+            f"{source} state dict does not fit: missing {missing or 'nothing'}, unexpected {extra or 'nothing'}"
+        )
+    converted = {}
+    for theirs, ours in mapping.items():
+        value = torch.as_tensor(state_dict[theirs])
+        if value.shape != own[ours].shape:
+            raise ShapeError(
+                f"{source} {theirs} has shape {tuple(value.shape)}, this block's {ours} {tuple(own[ours].shape)}"
+            )
+        converted[ours] = value
+    return converted
 
 
 def load_reference_state_dict(block: nn.Module, state_dict: Mapping[str, Any], *, source: str) -> nn.Module:
@@ -55,6 +123,9 @@ def load_reference_state_dict(block: nn.Module, state_dict: Mapping[str, Any], *
         ShapeError: missing, unexpected or misshapen keys, named with both shapes.
     """
     _check_source(block, source)
+    if source in RENAMES:
+        block.load_state_dict(_renamed(block, state_dict, source))
+        return block
     expected = {"offset.weight", "offset.bias"} | ({"scope.weight"} if block.scope is not None else set())
     given = {k for k in state_dict if k != "init_pos"}
     if given != expected:
@@ -85,6 +156,8 @@ def reference_state_dict(block: nn.Module, *, source: str) -> dict[str, torch.Te
     """
     _check_source(block, source)
     own = block.state_dict()
+    if source in RENAMES:
+        return {theirs: own[ours].detach().clone() for theirs, ours in RENAMES[source].items()}
     out = {"offset.weight": _swap_axes(own["offset.weight"], 2), "offset.bias": _swap_axes(own["offset.bias"], 2)}
     if block.scope is not None:
         if bool(own["scope.bias"].any()):
