@@ -243,3 +243,69 @@ def test_balanced_class_weights_follow_the_pixel_shares():
     expected = torch.nn.functional.cross_entropy(logits, target, weight=weights, ignore_index=255)
     got = segmentation_loss(logits, target, kind="ce", ignore_index=255, num_classes=4, weight=weights)
     torch.testing.assert_close(got, expected)
+
+
+def _davis_f_measure_port(foreground_mask, gt_mask, void_pixels=None, bound_th=0.008):
+    """A line-by-line port of ``f_measure`` and ``_seg2bmap`` from davisvideochallenge/
+    davis2017-evaluation (``davis2017/metrics.py``), with skimage's ``disk`` written out (the same
+    ``x² + y² <= r²`` over ``arange(-r, r + 1)``) since scikit-image is not a dependency."""
+    import cv2
+
+    void_pixels = np.zeros_like(foreground_mask).astype(bool) if void_pixels is None else void_pixels.astype(bool)
+    bound_pix = bound_th if bound_th >= 1 else np.ceil(bound_th * np.linalg.norm(foreground_mask.shape))
+
+    def seg2bmap(seg):
+        seg = seg.astype(bool)
+        e, s, se = np.zeros_like(seg), np.zeros_like(seg), np.zeros_like(seg)
+        e[:, :-1] = seg[:, 1:]
+        s[:-1, :] = seg[1:, :]
+        se[:-1, :-1] = seg[1:, 1:]
+        b = seg ^ e | seg ^ s | seg ^ se
+        b[-1, :] = seg[-1, :] ^ e[-1, :]
+        b[:, -1] = seg[:, -1] ^ s[:, -1]
+        b[-1, -1] = 0
+        return b
+
+    def disk(radius):
+        grid = np.arange(-radius, radius + 1)
+        x, y = np.meshgrid(grid, grid)
+        return (x**2 + y**2 <= radius**2).astype(np.uint8)
+
+    fg_boundary = seg2bmap(foreground_mask * np.logical_not(void_pixels))
+    gt_boundary = seg2bmap(gt_mask * np.logical_not(void_pixels))
+    fg_dil = cv2.dilate(fg_boundary.astype(np.uint8), disk(bound_pix))
+    gt_dil = cv2.dilate(gt_boundary.astype(np.uint8), disk(bound_pix))
+    gt_match, fg_match = gt_boundary * fg_dil, fg_boundary * gt_dil
+    n_fg, n_gt = np.sum(fg_boundary), np.sum(gt_boundary)
+    if n_fg == 0 and n_gt > 0:
+        precision, recall = 1, 0
+    elif n_fg > 0 and n_gt == 0:
+        precision, recall = 0, 1
+    elif n_fg == 0 and n_gt == 0:
+        precision, recall = 1, 1
+    else:
+        precision, recall = np.sum(fg_match) / float(n_fg), np.sum(gt_match) / float(n_gt)
+    return 0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
+
+
+@pytest.mark.parametrize("bound_th", [0.008, 0.02, 2])
+def test_davis_fmeasure_equals_a_port_of_davis_f_measure(bound_th):
+    from upzoo.metrics import davis_fmeasure
+
+    rng = np.random.default_rng(7)
+    frames = []
+    for seed in range(12):
+        pred, target = _blobs((1, 60, 90), 4, seed)
+        frames.append((pred[0], target[0]))
+    frames.append((np.zeros((60, 90), np.int64), np.zeros((60, 90), np.int64)))  # classes absent in both: 1
+    pred = np.stack([f[0] for f in frames])
+    target = np.stack([f[1] for f in frames])
+    target[rng.random(target.shape) < 0.02] = 255  # void pixels
+    mean, per_frame = davis_fmeasure(pred, target, 4, bound_th=bound_th)
+    for n in range(len(frames)):
+        void = target[n] == 255
+        for c in range(4):
+            expected = _davis_f_measure_port(pred[n] == c, target[n] == c, void, bound_th)
+            assert per_frame[n, c].item() == pytest.approx(expected, abs=1e-12), (n, c)
+    torch.testing.assert_close(mean, per_frame.mean(0))
+    assert mean.dtype == torch.float64 and per_frame[-1].tolist() == [1.0, 1.0, 1.0, 1.0]

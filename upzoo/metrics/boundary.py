@@ -243,7 +243,10 @@ class BoundaryFScore:
 def boundary_fscore(
     pred: torch.Tensor, target: torch.Tensor, num_classes: int, *, ignore_index: int | None = 255, tolerance=2.0
 ) -> tuple[float, torch.Tensor]:
-    """Mean boundary F-score and the per-class values of label maps ``(H, W)`` or ``(B, H, W)``."""
+    """Mean boundary F-score and the per-class values (float64) of label maps ``(H, W)`` or
+    ``(B, H, W)``: contours of both sides of every label change, a fixed Euclidean ``tolerance`` in
+    pixels, counts summed over the dataset. For DAVIS's definition (one-sided boundary, a tolerance
+    relative to the image diagonal, F per frame, empty masks F = 1) use :func:`~upzoo.metrics.davis_fmeasure`."""
     acc = BoundaryFScore(num_classes, ignore_index, tolerance=tolerance)
     acc.update(pred, target)
     result = acc.compute()
