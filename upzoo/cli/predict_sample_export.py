@@ -128,18 +128,27 @@ def sample_command(run, num, out_dir, seed, device, overwrite, as_json) -> None:
 @click.option("--out", "out_file", default=None, type=click.Path(dir_okay=False), help="[default: RUN/model.onnx|.pt2]")
 @click.option("--opset", type=click.IntRange(min=18, max=23), default=None, help="ONNX opset [default: exporter's].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out file (never a checkpoint).")
+@click.option("--portable", is_flag=True, help="A .pt2 without upzoo's custom ops (loads without import upzoo).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def export_command(run, fmt, out_file, opset, overwrite, as_json) -> None:
+def export_command(run, fmt, out_file, opset, overwrite, portable, as_json) -> None:
     """Export a trained model with dynamic batch and spatial sizes (generators: the batch), verified:
     the written file runs at three sizes (one off the model's size grid) and must match PyTorch
     within 1e-4, else nothing is written and the block that fails is named."""
     from upzoo.inference import load_model
     from upzoo.inference.export import export_model
 
-    report = export_model(load_model(run), fmt, out_file, opset=opset, overwrite=overwrite)
+    report = export_model(load_model(run), fmt, out_file, opset=opset, overwrite=overwrite, portable=portable)
     if as_json:
         click.echo(to_json(report))
         return
     for check in report["checks"]:
         click.echo(f"verified at input {check['input']}: max |export - PyTorch| = {check['max_abs_diff']:.2e}")
-    click.echo(f"wrote {report['path']} ({report['bytes'] / 1e6:.1f} MB, {report['format']})")
+    click.echo(f"wrote {report['path']} ({report['bytes'] / 1e6:.1f} MB, {report['format']}) with its contract:")
+    for key, value in report["contract"].items():
+        click.echo(f"  {key}: {value}")
+    if report["custom_ops"]:
+        click.echo(
+            f"note: the program calls {', '.join(report['custom_ops'])}: load it after 'import upzoo', "
+            f"or export again with --portable",
+            err=True,
+        )

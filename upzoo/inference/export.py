@@ -6,6 +6,7 @@ and the command fails, naming the block that does not export."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import time
@@ -91,6 +92,18 @@ def _write_onnx(model: nn.Module, example: torch.Tensor, path: Path, opset: int 
     )
 
 
+def _add_onnx_metadata(path: Path, contract: dict[str, str]) -> None:
+    """Store the contract in the ONNX file's ``metadata_props`` (read back by onnxruntime's
+    ``get_modelmeta().custom_metadata_map``)."""
+    import onnx
+
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    for key, value in contract.items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.save(model, str(path))
+
+
 def _onnx_runner(path: Path):
     import onnxruntime as ort
 
@@ -98,9 +111,21 @@ def _onnx_runner(path: Path):
     return lambda x: session.run(None, {"input": x.numpy()})[0]
 
 
-def _write_program(model: nn.Module, example: torch.Tensor, path: Path) -> None:
+def _write_program(model: nn.Module, example: torch.Tensor, path: Path, contract: dict[str, str] | None = None) -> None:
+    import json
+
+    from upzoo.inference.contract import CONTRACT_FILE
+
     program = _quiet(torch.export.export, model, (example,), dynamic_shapes=_dynamic_shapes(tuple(example.shape)))
-    torch.export.save(program, str(path))
+    extra = {CONTRACT_FILE: json.dumps(contract, indent=2)} if contract else None
+    torch.export.save(program, str(path), extra_files=extra)
+
+
+def custom_ops(path: str | Path) -> list[str]:
+    """The upzoo custom ops a saved ``.pt2`` program calls (loading it then needs ``import upzoo``)."""
+    program = torch.export.load(str(path))
+    names = {str(node.target) for node in program.graph_module.graph.nodes if node.op == "call_function"}
+    return sorted(name for name in names if name.startswith("upzoo."))
 
 
 def _program_runner(path: Path):
@@ -180,11 +205,15 @@ def _default_out(loaded: LoadedModel, fmt: str) -> Path:
     return loaded.checkpoint.parent / ("model.onnx" if fmt == "onnx" else "model.pt2")
 
 
-def _write(fmt: str, model: nn.Module, example: torch.Tensor, path: Path, opset: int | None) -> None:
+def _write(
+    fmt: str, model: nn.Module, example: torch.Tensor, path: Path, opset: int | None, contract: dict | None = None
+) -> None:
     if fmt == "onnx":
         _write_onnx(model, example, path, opset)
+        if contract:
+            _add_onnx_metadata(path, contract)
     else:
-        _write_program(model, example, path)
+        _write_program(model, example, path, contract)
 
 
 def _runner(fmt: str, path: Path):
@@ -195,12 +224,19 @@ FORMATS = ("onnx", "exported-program")
 
 
 def _write_verified(
-    fmt: str, model: nn.Module, example: torch.Tensor, tmp: Path, opset: int | None, shapes: list, scratch: Path
+    fmt: str,
+    model: nn.Module,
+    example: torch.Tensor,
+    tmp: Path,
+    opset: int | None,
+    shapes: list,
+    scratch: Path,
+    contract: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Write the export to ``tmp`` and check it at ``shapes``; the checks, or ``ExportError`` naming
     the block that does not export or differs (an ``OSError`` is the disk's, not a block's)."""
     try:
-        _write(fmt, model, example, tmp, opset)
+        _write(fmt, model, example, tmp, opset, contract)
         checks = _verify(model, _runner(fmt, tmp), shapes)
     except (ConfigError, ExportError, OSError):
         raise
@@ -237,9 +273,13 @@ def export_model(
     *,
     opset: int | None = None,
     overwrite: bool = False,
+    portable: bool = False,
 ) -> dict[str, Any]:
-    """Export ``loaded.model`` (float32, CPU, eval) to ``out`` and verify it; returns the report
-    ``{path, format, checks: [{input, max_abs_diff, ok}], seconds, bytes}``.
+    """Export ``loaded.model`` (float32, CPU, eval) to ``out`` with its contract
+    (:mod:`upzoo.inference.contract`) and verify it; returns the report ``{path, format, checks:
+    [{input, max_abs_diff, ok}], contract, custom_ops, seconds, bytes}``. A ``.pt2`` holding upzoo's
+    custom ops (the masked blur's fused kernel) needs ``import upzoo`` to load; ``portable`` traces
+    the pure-PyTorch formulation instead, so it loads anywhere (``custom_ops`` lists what remains).
 
     Raises:
         ExportError: the model does not export, or the export differs from PyTorch by more than
@@ -254,13 +294,23 @@ def export_model(
     _check_target(out, fmt, overwrite)
     shapes = check_sizes(loaded)
     example = torch.randn(shapes[0], generator=torch.Generator().manual_seed(1))
+    from upzoo.filters.blur_fused import pytorch_formulation
+    from upzoo.inference.contract import export_contract
+
+    contract = export_contract(loaded)
     checks: list[dict[str, Any]] = []
-    # written to a temporary file, verified there, renamed only when every check passes
-    atomic_write(out, lambda tmp: checks.extend(_write_verified(fmt, model, example, tmp, opset, shapes, out.parent)))
+
+    def write(tmp: Path) -> None:  # written to a temporary file, verified there, renamed only when all pass
+        with pytorch_formulation() if portable else contextlib.nullcontext():
+            checks.extend(_write_verified(fmt, model, example, tmp, opset, shapes, out.parent, contract))
+
+    atomic_write(out, write)
     return {
         "path": str(out),
         "format": fmt,
         "checks": checks,
+        "contract": contract,
+        "custom_ops": custom_ops(out) if fmt != "onnx" else [],
         "tolerance": TOLERANCE,
         "bytes": out.stat().st_size,
         "seconds": round(time.perf_counter() - start, 2),

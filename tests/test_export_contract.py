@@ -1,0 +1,82 @@
+"""Exports that carry their contract: ONNX metadata and the ``.pt2`` extra file hold the input layout,
+preprocessing, mean/std, classes, palette and provenance; a deployment that uses only onnxruntime,
+NumPy and PIL reproduces upzoo's predictions; a ``.pt2`` says when it needs ``import upzoo``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import run_cli, small_recipe
+from PIL import Image
+
+from upzoo.inference import Predictor, load_model
+from upzoo.inference.contract import CONTRACT_FILE
+from upzoo.inference.export import export_model
+from upzoo.recipe import parse_recipe
+from upzoo.train.engine import train
+
+ort = pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("contract")
+    recipe = small_recipe(
+        root / "cache", model={"post_filter": "masked_blur", "post_filter_options": {"threshold": 2.0}}
+    )
+    train(parse_recipe(recipe), root / "run", progress=False)
+    return root / "run"
+
+
+def _deploy_without_upzoo(onnx_path: str, image_path: str) -> np.ndarray:
+    """The deployment of docs/deploy.md: onnxruntime, NumPy and PIL only, the preprocessing read from
+    the file's own metadata."""
+    session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    meta = session.get_modelmeta().custom_metadata_map
+    mean, std = json.loads(meta["input.mean"]), json.loads(meta["input.std"])
+    pixels = np.asarray(Image.open(image_path).convert("RGB"), dtype=np.float32) / 255.0
+    x = (pixels - np.array(mean, np.float32)) / np.array(std, np.float32)
+    logits = session.run(None, {"input": x.transpose(2, 0, 1)[None].astype(np.float32)})[0]
+    return logits[0].argmax(axis=0).astype(np.uint8)
+
+
+def test_the_onnx_file_carries_its_contract_and_deploys_without_upzoo(run_dir, tmp_path):
+    loaded = load_model(run_dir)
+    report = export_model(loaded, "onnx", tmp_path / "model.onnx")
+    meta = ort.InferenceSession(report["path"], providers=["CPUExecutionProvider"]).get_modelmeta()
+    contract = meta.custom_metadata_map
+    assert contract == report["contract"]
+    assert contract["input.layout"] == "NCHW" and contract["input.dtype"] == "float32"
+    assert json.loads(contract["class_names"]) == loaded.class_names
+    assert json.loads(contract["palette"]) == loaded.palette.tolist()
+    assert json.loads(contract["input.mean"]) == list(loaded.mean) and json.loads(contract["input.std"]) == list(
+        loaded.std
+    )
+    assert len(contract["upzoo.recipe_sha256"]) == 64 and contract["upzoo.task"] == "segmentation"
+    image = sorted((run_dir.parent / "cache").rglob("leftImg8bit/val/**/*.png"))[0]
+    deployed = _deploy_without_upzoo(report["path"], str(image))
+    expected = Predictor(loaded, window="off").predict(str(image)).labels
+    assert (deployed == expected).mean() >= 0.999
+
+
+def test_a_pt2_says_it_needs_upzoo_and_portable_exports_do_not(run_dir, tmp_path):
+    loaded = load_model(run_dir)
+    fused = export_model(loaded, "exported-program", tmp_path / "fused.pt2")
+    from upzoo.filters.blur_fused import FUSED_CPU_KERNEL
+
+    if FUSED_CPU_KERNEL:
+        assert fused["custom_ops"] == ["upzoo.masked_blur.default"]
+    portable = export_model(loaded, "exported-program", tmp_path / "portable.pt2", portable=True)
+    assert portable["custom_ops"] == [] and all(check["ok"] for check in portable["checks"])
+    extra = {CONTRACT_FILE: ""}
+    torch.export.load(str(tmp_path / "portable.pt2"), extra_files=extra)
+    assert json.loads(extra[CONTRACT_FILE]) == portable["contract"]
+    result = run_cli("export", run_dir, "--format", "exported-program", "--out", tmp_path / "cli.pt2")
+    assert result.returncode == 0, result.stderr
+    assert "input.layout: NCHW" in result.stdout
+    if FUSED_CPU_KERNEL:
+        assert "load it after 'import upzoo', or export again with --portable" in result.stderr
