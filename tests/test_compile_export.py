@@ -178,7 +178,9 @@ def _model(key: str):
     return model, shapes
 
 
-@pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.slow) if k == "smp-unet" else k for k in MODELS])
+@pytest.mark.parametrize(
+    "key", [pytest.param(k, marks=pytest.mark.slow) if k in ("smp-unet", "unet3d") else k for k in MODELS]
+)
 def test_model_onnx_matches_pytorch_at_sizes_that_need_padding(key, tmp_path):
     model, shapes = _model(key)
     model.eval()
