@@ -80,3 +80,30 @@ def test_a_pt2_says_it_needs_upzoo_and_portable_exports_do_not(run_dir, tmp_path
     assert "input.layout: NCHW" in result.stdout
     if FUSED_CPU_KERNEL:
         assert "load it after 'import upzoo', or export again with --portable" in result.stderr
+
+
+def test_predict_through_onnxruntime_gives_the_eager_labels(run_dir, tmp_path):
+    from upzoo.errors import ConfigError
+
+    loaded = load_model(run_dir)
+    images = sorted((run_dir.parent / "cache").rglob("leftImg8bit/val/**/*.png"))
+    onnx = export_model(loaded, "onnx", tmp_path / "model.onnx")["path"]
+    for options in ({"window": "off"}, {"window": "on", "tta": "flip", "scales": (0.75, 1.0)}):
+        eager = Predictor(loaded, **options)
+        ort_predictor = Predictor(loaded, backend="onnxruntime", onnx_path=onnx, **options)
+        for image in images:
+            a, b = eager.predict(str(image)).labels, ort_predictor.predict(str(image)).labels
+            assert (a == b).mean() >= 0.999
+    exported_now = Predictor(loaded, backend="onnxruntime")  # exports (verified) when no file is given
+    assert (
+        exported_now.predict(str(images[0])).labels == Predictor(loaded).predict(str(images[0])).labels
+    ).mean() >= 0.999
+    with pytest.raises(ConfigError, match="amp \\(bf16 autocast\\) is for the PyTorch backends"):
+        Predictor(loaded, backend="onnxruntime", amp=True)
+    with pytest.raises(ConfigError, match="backend must be one of eager, compile, onnxruntime, got 'tensorrt'"):
+        Predictor(loaded, backend="tensorrt")
+    result = run_cli("predict", run_dir, images[0], "--out", tmp_path / "p", "--backend", "onnxruntime",
+                     "--onnx", onnx, "--no-progress")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    written = np.asarray(Image.open(tmp_path / "p" / images[0].name))
+    assert (written == Predictor(loaded).predict(str(images[0])).labels).mean() >= 0.999

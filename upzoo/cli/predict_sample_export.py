@@ -57,13 +57,21 @@ def _check_inputs_exist(inputs: tuple[str, ...]) -> None:
 @click.option("--batch-size", type=click.IntRange(min=1), default=4, help="2D images per forward pass.")
 @click.option("--workers", type=click.IntRange(min=0), default=2, help="DataLoader workers reading the inputs.")
 @click.option("--amp", is_flag=True, help="bf16 autocast.")
+@click.option(
+    "--backend",
+    type=click.Choice(["eager", "onnxruntime", "compile"]),
+    default="eager",
+    help="What runs the model: PyTorch, the verified ONNX export in onnxruntime, or torch.compile.",
+)
+@click.option("--onnx", "onnx_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="onnxruntime: this export of the run [default: export it now].")  # fmt: skip
 @click.option("--device", default="auto", help="cpu, cuda or auto.")
 @click.option("--keep-going", is_flag=True, help="Skip unreadable or wrongly shaped inputs; list them at the end.")
 @click.option("--overwrite", is_flag=True, help="Replace outputs that already exist.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabilities, batch_size, workers, amp,
-                    device, keep_going, overwrite, no_progress, as_json) -> None:  # fmt: skip
+                    backend, onnx_path, device, keep_going, overwrite, no_progress, as_json) -> None:  # fmt: skip
     """Segment INPUT... (images, NIfTI volumes, folders, globs or a decathlon dataset.json) with the
     model of a segmentation run (its best.pt, else last.pt) or a checkpoint.
 
@@ -75,7 +83,7 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     from upzoo.inference.run import PredictOptions, predict_files
 
     _check_inputs_exist(inputs)
-    device = _device(device)
+    device = _device(device if backend != "onnxruntime" or device != "auto" else "cpu")
     loaded = load_model(run, device=device)
     if probabilities == "nifti" and not loaded.volumes:
         raise UsageError("--probabilities nifti is for volumes; use --probabilities npz for images")
@@ -87,6 +95,8 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
         scales=_scales(scales),
         window=window,
         probabilities=bool(probabilities),
+        backend=backend,
+        onnx_path=onnx_path,
     )
     options = PredictOptions(
         Path(out_dir), overlay, probabilities, batch_size, workers, keep_going, overwrite, not no_progress

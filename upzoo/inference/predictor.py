@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from upzoo.errors import ConfigError, ShapeError
+from upzoo.inference.backends import Backend, model_runner
 from upzoo.runs.trained_model import LoadedModel
-from upzoo.runtime import autocast, main_output, resolve_device
+from upzoo.runtime import autocast, resolve_device
 from upzoo.windows import sliding_window_inference, window_patch
 
 __all__ = ["Predictor", "Prediction", "Preprocess"]
@@ -145,7 +146,9 @@ class Predictor:
         scales: 2D only: run at each scale of the input and average the probabilities at full size.
         window: ``auto`` slides the training crop over inputs larger than it (volumes: the recipe's
             evaluation window), ``on`` always, ``off`` runs every input whole.
-        amp: bf16 autocast.
+        amp: bf16 autocast (PyTorch backends).
+        backend: ``eager`` (the module), ``compile`` (``torch.compile``, dynamic sizes) or
+            ``onnxruntime`` (the run's verified ONNX export: ``onnx_path``, else exported now).
 
     >>> predictor = Predictor(load_model("runs/quickstart"), tta="flip")  # doctest: +SKIP
     >>> predictor.predict(image).labels.shape  # doctest: +SKIP
@@ -164,10 +167,16 @@ class Predictor:
         overlap: float | None = None,
         window_batch: int | None = None,
         probabilities: bool = False,
+        backend: Backend = "eager",
+        onnx_path: str | None = None,
     ) -> None:
         _check_arguments(loaded, tta, scales, window, overlap, window_batch)
         self.loaded, self.device = loaded, resolve_device(device, "device")
         self.model = loaded.model.to(self.device).eval()
+        if backend == "onnxruntime" and amp:
+            raise ConfigError("amp (bf16 autocast) is for the PyTorch backends; onnxruntime runs the float32 export")
+        self.backend = backend
+        self._run = model_runner(loaded, self.model, backend, self.device, onnx_path)
         self.amp, self.flip, self.scales = "bf16" if amp else "none", tta == "flip", tuple(float(s) for s in scales)
         self.window, self.keep_probabilities = window, probabilities
         recipe = loaded.recipe
@@ -193,12 +202,12 @@ class Predictor:
         )
         with torch.no_grad(), autocast(self.amp, self.device):
             if not slide:
-                return main_output(self.model(x)).float()
+                return self._run(x).float()
             return torch.stack(
                 [
                     sliding_window_inference(
                         item,
-                        lambda b: main_output(self.model(b)).float(),
+                        lambda b: self._run(b).float(),
                         self.patch,
                         overlap=self.overlap,
                         batch_size=self.window_batch,
