@@ -107,3 +107,11 @@ def test_predict_through_onnxruntime_gives_the_eager_labels(run_dir, tmp_path):
     assert result.returncode == 0, result.stderr
     written = np.asarray(Image.open(tmp_path / "p" / images[0].name))
     assert (written == Predictor(loaded).predict(str(images[0])).labels).mean() >= 0.999
+
+
+@pytest.mark.slow  # inductor compiles C++ on the CPU: tens of seconds
+def test_predict_through_torch_compile_gives_the_eager_labels(run_dir):
+    loaded = load_model(run_dir)
+    image = str(sorted((run_dir.parent / "cache").rglob("leftImg8bit/val/**/*.png"))[0])
+    compiled = Predictor(loaded, backend="compile", window="off").predict(image).labels
+    assert (compiled == Predictor(loaded, window="off").predict(image).labels).mean() >= 0.999
