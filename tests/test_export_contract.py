@@ -63,6 +63,7 @@ def test_the_onnx_file_carries_its_contract_and_deploys_without_upzoo(run_dir, t
     assert (deployed == expected).mean() >= 0.999
 
 
+@pytest.mark.slow  # three .pt2 exports, each verified
 def test_a_pt2_says_it_needs_upzoo_and_portable_exports_do_not(run_dir, tmp_path):
     loaded = load_model(run_dir)
     fused = export_model(loaded, "exported-program", tmp_path / "fused.pt2")
