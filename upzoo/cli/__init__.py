@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from pathlib import Path
 
 import click
 
@@ -52,9 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     except UpzooError as exc:
         _fail(str(exc), 2 if isinstance(exc, UsageError) else 1)
     except OSError as exc:  # the disk or the system, not upzoo: full, read-only, permissions
-        from upzoo.runtime import write_error
-
-        _fail(str(write_error(Path(exc.filename or "a file"), exc)) if exc.filename else f"system error: {exc}", 1)
+        _fail(f"{exc.filename}: {exc.strerror or exc}" if exc.filename else f"system error: {exc}", 1)
     except MemoryError:
         _fail("out of memory: the input or model is too large for this machine; use a smaller size or batch", 1)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback

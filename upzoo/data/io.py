@@ -142,10 +142,8 @@ def read_image(path: str | Path, channels: int = 3) -> np.ndarray:
         return _with_channels(_high_depth(img, path), channels, path)
     if img.mode not in _EIGHT_BIT:
         raise DataError(f"{path}: image mode {img.mode!r} is not read; save it as 8- or 16-bit grayscale or RGB")
-    if img.mode in ("P", "PA", "1", "LA", "La", "L"):
-        img = img.convert("RGBA" if img.mode in ("P", "PA") else "L")
-    array = np.array(img.convert("RGB") if img.mode not in ("L",) else img)
-    return _with_channels(array, channels, path)
+    gray = img.mode in ("1", "L", "LA", "La")  # palette, alpha and other colour modes become RGB
+    return _with_channels(np.array(img.convert("L" if gray else "RGB")), channels, path)
 
 
 def read_label(path: str | Path) -> np.ndarray:

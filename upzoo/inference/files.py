@@ -18,7 +18,6 @@ from upzoo.errors import DataError
 
 __all__ = [
     "InputFile",
-    "expand_inputs",
     "named_inputs",
     "read_input",
     "output_paths",
@@ -57,19 +56,15 @@ def _dataset_json(path: Path) -> list[Path]:
     return [(path.parent / (item if isinstance(item, str) else item.get("image", ""))).resolve() for item in listing]
 
 
-def expand_inputs(inputs: Sequence[str | Path], *, volumes: bool, exclude: Path | None = None) -> list[Path]:
-    """The files named by files, folders (their images or volumes, sorted, subfolders included), globs
-    and ``dataset.json``; files below ``exclude`` (the output folder) are left out of folders.
+def named_inputs(inputs: Sequence[str | Path], *, volumes: bool, exclude: Path | None = None) -> list[tuple[Path, str]]:
+    """The files named by files, folders (their images or volumes, sorted, subfolders included; files
+    below ``exclude``, the output folder, left out), globs and ``dataset.json``, each with the name
+    its outputs get: a folder's files keep their path below the folder (``city/x``), other files
+    their stem (``x``).
 
     Raises:
-        DataError: a name that matches nothing, or nothing to predict at all.
+        DataError: a name that matches nothing, a folder inside ``exclude``, or nothing to predict.
     """
-    return [path for path, _ in named_inputs(inputs, volumes=volumes, exclude=exclude)]
-
-
-def named_inputs(inputs: Sequence[str | Path], *, volumes: bool, exclude: Path | None = None) -> list[tuple[Path, str]]:
-    """Like :func:`expand_inputs`, each file with the name its outputs get: a folder's files keep
-    their path below the folder (``city/x``), other files their stem (``x``)."""
     suffixes = VOLUME_SUFFIXES if volumes else IMAGE_SUFFIXES
     skip = exclude.resolve() if exclude is not None else None
     found: list[tuple[Path, str]] = []
