@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import small_recipe
 from PIL import Image
 
+from conftest import small_recipe
 from upzoo.cli.group import cli
 from upzoo.errors import ConfigError, DataError
 from upzoo.inference import Predictor, load_model
@@ -231,7 +231,7 @@ def test_mni152_through_a_3d_run_keeps_the_source_grid(volume_run, tmp_path):
     nib.save(load_mni152_template(resolution=2), str(source))
     out = tmp_path / "out"
     loaded = load_model(volume_run)
-    predictor = Predictor(loaded, probabilities=True)
+    predictor = Predictor(loaded, probabilities=True, resample=False)  # resampling: tests/test_resampling.py
     with pytest.warns(UserWarning, match=r"mni.nii.gz: voxel spacing \(2.0, 2.0, 2.0\) mm differs by more than 10 %"):
         predict_files(predictor, [source], PredictOptions(out, probabilities="nifti", num_workers=0, progress=False))
     written, original = nib.load(str(out / "mni.nii.gz")), nib.load(str(source))

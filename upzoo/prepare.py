@@ -56,12 +56,20 @@ class Prepared:
 
 
 def _spacing(recipe: Recipe) -> tuple[float, ...]:
-    """The voxel spacing ``strides: auto`` plans from: the synthetic set's, else the first case's."""
-    if recipe.data.root is None:
-        return tuple(recipe.data.synthetic_spacing)
+    """The voxel spacing ``strides: auto`` plans from: ``data.target_spacing`` when the volumes are
+    resampled, else the synthetic set's or the first case's."""
+    from pathlib import Path
+
+    from upzoo.data.factory import target_spacing
+
+    data = recipe.data
+    if data.target_spacing is not None and (data.target_spacing != "median" or data.root is not None):
+        return target_spacing(data, Path(data.root or "."))
+    if data.root is None:
+        return tuple(data.synthetic_spacing)
     from upzoo.data.volumes import VolumeDataset
 
-    return VolumeDataset(recipe.data.root, "train", allow_outside_root=recipe.data.allow_outside_root).spacing(0)
+    return VolumeDataset(data.root, "train", allow_outside_root=data.allow_outside_root).spacing(0)
 
 
 def resolve_model(recipe: Recipe, spacing: tuple[float, ...] | None = None) -> ModelSpec:

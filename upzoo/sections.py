@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from upzoo.errors import ConfigError
 from upzoo.validation import config_error
@@ -69,6 +69,9 @@ class DataConfig(_Section):
     ``$UPZOO_CACHE`` or ``~/.cache/upzoo``); ``synthetic_size`` defaults to 256x512 images or
     24x96x96 volumes. ``normalize`` defaults to ``imagenet`` for images and ``zscore`` for volumes.
     ``crop_size``/``synthetic_size`` have 2 values for images and 3 for volumes.
+    ``target_spacing`` (volumes): resample every case to this ``[z, y, x]`` spacing in mm, or to the
+    per-axis ``median`` of the training cases (nnU-Net's choice), before patches are cut; ``null``
+    trains at each file's own spacing. Resampled cases are cached, so it is done once.
     """
 
     kind: Literal["cityscapes", "volumes", "images"] = "cityscapes"
@@ -81,6 +84,7 @@ class DataConfig(_Section):
     synthetic_size: Size | None = None
     synthetic_spacing: tuple[PositiveFloat, PositiveFloat, PositiveFloat] = (5.0, 0.8, 0.8)
     synthetic_seed: Seed = 0
+    target_spacing: Literal["median"] | tuple[PositiveFloat, PositiveFloat, PositiveFloat] | None = None
     crop_size: Size | None = None
     resize: tuple[PositiveInt, PositiveInt] | None = None
     augment: bool = True
@@ -90,6 +94,16 @@ class DataConfig(_Section):
     allow_outside_root: bool = False
     batch_size: PositiveInt = 4
     num_workers: NonNegativeInt = 2
+
+    @field_validator("target_spacing", mode="before")
+    @classmethod
+    def _target_spacing(cls, value: Any) -> Any:
+        numbers = isinstance(value, (list, tuple)) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in value
+        )
+        if value is None or value == "median" or (numbers and len(value) == 3):
+            return value
+        raise ValueError("expected 'median', three positive numbers [z, y, x] in mm, or null")
 
     @model_validator(mode="after")
     def _consistent(self) -> DataConfig:
@@ -108,6 +122,8 @@ class DataConfig(_Section):
             )
         if self.resize is not None and self.kind == "volumes":
             raise ValueError("resize: applies to 2D images, not volumes")
+        if self.target_spacing is not None and self.kind != "volumes":
+            raise ValueError("target_spacing: applies to volumes (data.kind: volumes), not 2D images")
         if self.ct_window[0] >= self.ct_window[1]:
             raise ValueError(f"ct_window: needs low < high, got {list(self.ct_window)}")
         return self

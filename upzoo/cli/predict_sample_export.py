@@ -65,19 +65,24 @@ def _check_inputs_exist(inputs: tuple[str, ...]) -> None:
 )
 @click.option("--onnx", "onnx_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="onnxruntime: this export of the run [default: export it now].")  # fmt: skip
+@click.option("--no-resample", is_flag=True,
+              help="Volumes: run at their own voxel grid instead of resampling to the training spacing.")  # fmt: skip
 @click.option("--device", default="auto", help="cpu, cuda or auto.")
 @click.option("--keep-going", is_flag=True, help="Skip unreadable or wrongly shaped inputs; list them at the end.")
 @click.option("--overwrite", is_flag=True, help="Replace outputs that already exist.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabilities, batch_size, workers, amp,
-                    backend, onnx_path, device, keep_going, overwrite, no_progress, as_json) -> None:  # fmt: skip
+                    backend, onnx_path, no_resample, device, keep_going, overwrite, no_progress,
+                    as_json) -> None:  # fmt: skip
     """Segment INPUT... (images, NIfTI volumes, folders, globs or a decathlon dataset.json) with the
     model of a segmentation run (its best.pt, else last.pt) or a checkpoint.
 
-    2D: writes NAME.png (train ids, uint8), NAME_color.png (the dataset's palette) and with --overlay
-    NAME_overlay.png. 3D: NAME.nii.gz (uint8 labels in the source's grid: same shape, affine and
-    header). Always predictions.csv (file, shape, seconds, classes present).
+    2D: writes NAME.png (train ids, uint8), color/NAME.png (the dataset's palette) and with --overlay
+    overlay/NAME.png. 3D: each volume is resampled to the training spacing, predicted, and its
+    logits resampled back, so NAME.nii.gz holds uint8 labels in the source's grid (same shape,
+    affine and header); --no-resample skips that. Always predictions.csv (file, shape, seconds,
+    classes present).
     """
     from upzoo.inference import Predictor, load_model
     from upzoo.inference.run import PredictOptions, predict_files
@@ -97,6 +102,7 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
         probabilities=bool(probabilities),
         backend=backend,
         onnx_path=onnx_path,
+        resample=not no_resample,
     )
     options = PredictOptions(
         Path(out_dir), overlay, probabilities, batch_size, workers, keep_going, overwrite, not no_progress

@@ -10,7 +10,7 @@ from torch.utils.data import Dataset
 
 from upzoo.errors import ConfigError
 
-__all__ = ["DataBundle", "build_datasets"]
+__all__ = ["DataBundle", "build_datasets", "target_spacing"]
 
 IMAGE_SIZE = (256, 512)  # default size of the synthetic street scenes
 IMAGE_NORMALIZATIONS = ("imagenet", "minmax")  # minmax: pixel values scaled to [0, 1]
@@ -116,6 +116,8 @@ def _volumes(data: Any, num_classes: int | None, in_channels: int | None) -> Dat
         )
     )
     common = dict(
+        target_spacing=target_spacing(data, root),
+        cache_dir=data.cache_dir,
         normalize=_normalization(data.normalize, VOLUME_NORMALIZATIONS, "volumes"),
         ct_window=data.ct_window,
         num_classes=num_classes,
@@ -129,6 +131,18 @@ def _volumes(data: Any, num_classes: int | None, in_channels: int | None) -> Dat
     val = VolumeDataset(root, "val", **common)
     classes = train.num_classes or num_classes
     return DataBundle(train, val, root, classes, train.class_names, 255, train.spacing(0))
+
+
+def target_spacing(data: Any, root: Path) -> tuple[float, ...] | None:
+    """The spacing every volume is resampled to: ``data.target_spacing``, or for ``median`` the
+    per-axis median over the training cases' headers (no voxels read); ``None`` when not resampling."""
+    if data.target_spacing != "median":
+        return tuple(data.target_spacing) if data.target_spacing is not None else None
+    from upzoo.data.resampling import median_spacing
+    from upzoo.data.volumes import VolumeDataset
+
+    cases = VolumeDataset(root, "train", allow_outside_root=data.allow_outside_root)
+    return median_spacing([cases.source_spacing(i) for i in range(len(cases))])
 
 
 def _normalization(choice: str | None, allowed: tuple[str, ...], what: str) -> str:

@@ -215,7 +215,8 @@ class VolumeDataset(Dataset):
         split: ``train`` (random patches) or ``val`` (whole volumes); the last ``val_count`` cases
             (``dataset.json``'s ``validation_count``, else 20 %) are the validation split.
         patch_size: training patch ``(D, H, W)``; ``None`` returns whole volumes.
-        normalize, ct_window: intensity normalisation (see :func:`normalize_intensity`).
+        normalize: intensity normalisation (see :func:`normalize_intensity`).
+        ct_window: the ``ct`` normalisation's window (low, high).
         foreground_ratio: share of training patches centred on foreground.
         transform: an albumentations pipeline taking ``volume`` and ``mask3d`` (optional).
         seed: base seed of the patch sampler (combined with the epoch and index).
@@ -223,6 +224,8 @@ class VolumeDataset(Dataset):
             be whole numbers in ``0..num_classes-1`` (``0..255`` when neither is known).
         channels: image channels every case must have (the model's ``in_channels``), if known.
         allow_outside_root: let ``dataset.json`` list files outside ``root``.
+        target_spacing: resample every case to this ``(D, H, W)`` spacing in mm (see
+            :mod:`upzoo.data.resampling`), cached under ``cache_dir`` so that it is done once.
 
     Raises:
         DataError: layout problems at construction; unreadable files, image/label shape mismatch,
@@ -246,6 +249,8 @@ class VolumeDataset(Dataset):
         num_classes: int | None = None,
         channels: int | None = None,
         allow_outside_root: bool = False,
+        target_spacing: Sequence[float] | None = None,
+        cache_dir: str | Path | None = None,
     ) -> None:
         cases, meta = find_cases(root, allow_outside_root=allow_outside_root)
         if split not in ("train", "val"):
@@ -256,6 +261,8 @@ class VolumeDataset(Dataset):
         self.num_classes = len(self.class_names) if self.class_names else num_classes
         self.channels = channels
         self.spacing_override = meta["spacing"]
+        self.target_spacing = tuple(float(v) for v in target_spacing) if target_spacing is not None else None
+        self.cache_dir = cache_dir
         self.split, self.patch_size, self.normalize, self.ct_window = split, patch_size, normalize, ct_window
         self.foreground_ratio, self.transform, self.seed, self.epoch = foreground_ratio, transform, seed, 0
 
@@ -263,24 +270,53 @@ class VolumeDataset(Dataset):
         return len(self.cases)
 
     def spacing(self, index: int = 0) -> tuple[float, ...]:
-        """Voxel spacing of a case (header), for the stride planner."""
-        return self.spacing_override or read_volume(self.cases[index].image)[1]
+        """Voxel spacing of a case as the model sees it: the target spacing when resampling, else
+        the header's (or ``dataset.json``'s)."""
+        return self.target_spacing or self.source_spacing(index)
+
+    def source_spacing(self, index: int = 0) -> tuple[float, ...]:
+        """Voxel spacing of a case's file (header only, or ``dataset.json``'s ``spacing``)."""
+        from upzoo.data.resampling import read_spacing
+
+        return self.spacing_override or read_spacing(self.cases[index].image)
 
     def load(self, index: int) -> tuple[np.ndarray, np.ndarray, tuple[float, ...]]:
-        """A whole case, normalised: image ``(C, D, H, W)``, label ``(D, H, W)`` uint8, spacing."""
+        """A whole case, normalised: image ``(C, D, H, W)``, label ``(D, H, W)`` uint8, spacing; with a
+        target spacing resampled to it first (once: the result is cached)."""
+        case = self.cases[index]
+        if self.target_spacing is None:
+            image, label, spacing = self._read(index)
+        else:
+            from upzoo.data.resampling import cached_resampled_case
+
+            image, label = cached_resampled_case(
+                case.image, case.label, lambda: self._read(index), self.target_spacing, self.cache_dir
+            )
+            self._check_contents(case, image, label)  # a cached case may meet a recipe with other classes
+            spacing = self.target_spacing
+        classes = self.num_classes or 256
+        image = np.stack([normalize_intensity(c, self.normalize, self.ct_window) for c in image]).astype(np.float32)
+        return image, label.astype(np.uint8 if classes <= 256 else np.int64), spacing
+
+    def _read(self, index: int) -> tuple[np.ndarray, np.ndarray, tuple[float, ...]]:
+        """A case as stored: image ``(C, D, H, W)``, labels ``(D, H, W)`` (checked), spacing."""
         case = self.cases[index]
         image, spacing = read_volume(case.image)
         label, _ = read_volume(case.label)
         if image.ndim == 3:
             image = image[None]
+        if label.ndim != 3 or label.shape != image.shape[1:]:
+            raise DataError(
+                f"{case.label}: label shape {label.shape} does not match image {case.image} {image.shape[1:]}"
+            )
+        self._check_contents(case, image, label)
+        return image, label.astype(np.int64), self.spacing_override or spacing
+
+    def _check_contents(self, case: VolumeCase, image: np.ndarray, label: np.ndarray) -> None:
         if self.channels is not None and image.shape[0] != self.channels:
             raise DataError(
                 f"{case.image}: a volume with {image.shape[0]} channel(s), but the model takes "
                 f"{self.channels} (model.in_channels)"
-            )
-        if label.ndim != 3 or label.shape != image.shape[1:]:
-            raise DataError(
-                f"{case.label}: label shape {label.shape} does not match image {case.image} {image.shape[1:]}"
             )
         classes = self.num_classes or 256
         fractional = label[label != np.round(label)]
@@ -294,8 +330,6 @@ class VolumeDataset(Dataset):
                 f"{case.label}: labels must be in 0..{classes - 1} (the classes of dataset.json or "
                 f"model.num_classes), got values in {label.min():g}..{label.max():g}"
             )
-        image = np.stack([normalize_intensity(c, self.normalize, self.ct_window) for c in image]).astype(np.float32)
-        return image, label.astype(np.uint8 if classes <= 256 else np.int64), self.spacing_override or spacing
 
     def __getitem__(self, index: int) -> dict:
         image, label, spacing = self.load(index)

@@ -35,7 +35,8 @@ class Prediction:
 class Preprocess:
     """The training-time input conversion of a model's data, picklable for DataLoader workers:
     ``(H, W[, C])`` uint8 images -> ``(C, H', W')`` (resize, normalise), or ``(D, H, W)`` /
-    ``(C, D, H, W)`` volumes -> ``(C, D, H, W)`` (intensity normalisation)."""
+    ``(C, D, H, W)`` volumes -> ``(C, D', H', W')`` (intensity normalisation, then resampling from
+    the volume's spacing to ``spacing``, the training spacing, when both are known)."""
 
     volumes: bool
     in_channels: int
@@ -44,9 +45,10 @@ class Preprocess:
     std: tuple[float, ...] | None = None
     normalize: str = "zscore"
     ct_window: tuple[float, float] = (-1000.0, 1000.0)
+    spacing: tuple[float, ...] | None = None
 
     @classmethod
-    def from_loaded(cls, loaded: LoadedModel) -> Preprocess:
+    def from_loaded(cls, loaded: LoadedModel, *, resample: bool = True) -> Preprocess:
         data = loaded.recipe.data
         return cls(
             volumes=loaded.volumes,
@@ -56,10 +58,12 @@ class Preprocess:
             std=loaded.std,
             normalize=data.normalize or "zscore",
             ct_window=tuple(data.ct_window),
+            spacing=tuple(loaded.spacing) if resample and loaded.volumes and loaded.spacing else None,
         )
 
-    def __call__(self, array: np.ndarray) -> torch.Tensor:
-        return self.volume(array) if self.volumes else self.image(array)
+    def __call__(self, array: np.ndarray, spacing: Sequence[float] | None = None) -> torch.Tensor:
+        """An image or a volume, prepared; ``spacing``: the volume's own (``(D, H, W)`` mm), if known."""
+        return self.volume(array, spacing) if self.volumes else self.image(array)
 
     def image(self, image: np.ndarray) -> torch.Tensor:
         """``(H, W[, C])`` pixels -> ``(C, H', W')`` float32 as in training (resize, normalise).
@@ -93,8 +97,11 @@ class Preprocess:
             x = (x - torch.tensor(self.mean).view(-1, 1, 1)) / torch.tensor(self.std).view(-1, 1, 1)
         return x
 
-    def volume(self, volume: np.ndarray) -> torch.Tensor:
-        """``(D, H, W)`` or ``(C, D, H, W)`` intensities -> ``(C, D, H, W)`` normalised as in training."""
+    def volume(self, volume: np.ndarray, spacing: Sequence[float] | None = None) -> torch.Tensor:
+        """``(D, H, W)`` or ``(C, D, H, W)`` intensities at ``spacing`` -> ``(C, D', H', W')``
+        normalised as in training and resampled to the training spacing (when both are known; the
+        size it takes is :func:`~upzoo.data.resampling.resampled_shape`)."""
+        from upzoo.data.resampling import resample_image, resampled_shape
         from upzoo.data.volumes import normalize_intensity, refuse_non_finite
 
         if not isinstance(volume, np.ndarray) or not np.issubdtype(volume.dtype, np.number):
@@ -107,8 +114,12 @@ class Preprocess:
                 f"expected a volume (D, H, W) or ({self.in_channels}, D, H, W) for a model with "
                 f"{self.in_channels} input channels, got shape {volume.shape}"
             )
-        channels = [normalize_intensity(c.astype(np.float32), self.normalize, self.ct_window) for c in volume]
-        return torch.from_numpy(np.stack(channels).astype(np.float32))
+        channels = np.stack(
+            [normalize_intensity(c.astype(np.float32), self.normalize, self.ct_window) for c in volume]
+        ).astype(np.float32)
+        if spacing is not None and self.spacing is not None:
+            channels = resample_image(channels, resampled_shape(channels.shape[1:], spacing, self.spacing))
+        return torch.from_numpy(channels)
 
 
 def _check_arguments(loaded, tta, scales, window, overlap, window_batch) -> None:
@@ -138,6 +149,18 @@ def _check_arguments(loaded, tta, scales, window, overlap, window_batch) -> None
         raise ConfigError(f"window_batch must be a whole number >= 1 (or None: the recipe's), got {window_batch!r}")
 
 
+def _checked_spacing(spacing: Sequence[float] | None) -> tuple[float, ...] | None:
+    if spacing is None:
+        return None
+    values = tuple(spacing) if isinstance(spacing, Sequence) and not isinstance(spacing, str) else (spacing,)
+    if len(values) != 3 or not all(
+        isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and np.isfinite(v) and v > 0
+        for v in values
+    ):
+        raise ConfigError(f"spacing must be three positive numbers in mm (D, H, W), got {spacing!r}")
+    return tuple(float(v) for v in values)
+
+
 class Predictor:
     """Predict with a :class:`~upzoo.inference.LoadedModel` (see :func:`~upzoo.inference.load_model`).
 
@@ -149,6 +172,9 @@ class Predictor:
         amp: bf16 autocast (PyTorch backends).
         backend: ``eager`` (the module), ``compile`` (``torch.compile``, dynamic sizes) or
             ``onnxruntime`` (the run's verified ONNX export: ``onnx_path``, else exported now).
+        resample: volumes: resample each volume from its own spacing to the training spacing and
+            the prediction back to the volume's grid (the argmax of the resampled logits, or of the
+            resampled probabilities with TTA). ``False`` runs volumes at their own grid.
 
     >>> predictor = Predictor(load_model("runs/quickstart"), tta="flip")  # doctest: +SKIP
     >>> predictor.predict(image).labels.shape  # doctest: +SKIP
@@ -169,8 +195,11 @@ class Predictor:
         probabilities: bool = False,
         backend: Backend = "eager",
         onnx_path: str | None = None,
+        resample: bool = True,
     ) -> None:
         _check_arguments(loaded, tta, scales, window, overlap, window_batch)
+        if not isinstance(resample, bool):
+            raise ConfigError(f"resample must be True or False, got {resample!r}")
         self.loaded, self.device = loaded, resolve_device(device, "device")
         self.model = loaded.model.to(self.device).eval()
         if backend == "onnxruntime" and amp:
@@ -183,7 +212,7 @@ class Predictor:
         self.overlap = recipe.eval.overlap if overlap is None else overlap
         self.window_batch = window_batch or recipe.eval.batch_size
         self.patch = window_patch(recipe, volumes=loaded.volumes)
-        self.preprocess = Preprocess.from_loaded(loaded)
+        self.preprocess = Preprocess.from_loaded(loaded, resample=resample)
 
     @property
     def prepare(self) -> Preprocess:
@@ -240,14 +269,19 @@ class Predictor:
                 total = p if total is None else total + p
         return total if single else total / (len(self.scales) * (2 if self.flip else 1))
 
-    def predict(self, item: str | np.ndarray) -> Prediction:
+    def predict(self, item: str | np.ndarray, spacing: Sequence[float] | None = None) -> Prediction:
         """One image (``(H, W[, C])`` uint8 array, or a file) or volume (``(D, H, W)`` /
-        ``(C, D, H, W)`` array, or a NIfTI/``.npy`` file): labels at the input's own size."""
+        ``(C, D, H, W)`` array, or a NIfTI/``.npy`` file): labels at the input's own size.
+        ``spacing``: a volume array's voxel spacing (mm, ``(D, H, W)``), to resample it to the
+        training spacing; a NIfTI file brings its own, an array without it is taken as it is."""
         from upzoo.inference.files import read_input
 
         if not isinstance(item, np.ndarray):
-            item = read_input(item, volumes=self.loaded.volumes, channels=self.preprocess.in_channels).array
-        x = self.preprocess(item)
+            read = read_input(item, volumes=self.loaded.volumes, channels=self.preprocess.in_channels)
+            item, spacing = read.array, read.spacing if spacing is None else spacing
+        if spacing is not None and not self.loaded.volumes:
+            raise ConfigError("spacing is for volumes; a 2D model predicts images at their own size")
+        x = self.preprocess(item, _checked_spacing(spacing)) if self.loaded.volumes else self.preprocess(item)
         size = item.shape[-3:] if self.loaded.volumes else item.shape[:2]
         return self.predict_batch(x[None], size)[0]
 

@@ -61,7 +61,8 @@ class _Reader(Dataset):
             item = read_input(path, volumes=self.preprocess.volumes, channels=self.preprocess.in_channels)
             # NumPy, not a tensor: pickled through the queue instead of shared by file descriptor, so a
             # SIGTERM to the parent cannot leave a worker's fd-sharing thread printing a traceback
-            return {"input": item, "x": self.preprocess(item.array).numpy(), "error": None}
+            x = self.preprocess(item.array, item.spacing) if self.preprocess.volumes else self.preprocess(item.array)
+            return {"input": item, "x": x.numpy(), "error": None}
         except UpzooError as exc:
             message = str(exc)
             return {"input": None, "path": path, "error": message if str(path) in message else f"{path}: {message}"}
@@ -107,13 +108,23 @@ def _kinds(options: PredictOptions) -> dict[str, Any]:
     return {"overlay": options.overlay, "probabilities": options.probabilities}
 
 
-def _check_spacing(item: InputFile, trained: tuple[float, ...] | None) -> None:
-    if item.spacing is None or trained is None:
+def _check_spacing(item: InputFile, trained: tuple[float, ...] | None, resampled: bool) -> None:
+    """Warn where a volume runs at a spacing other than the training one: without resampling
+    (``--no-resample``) when it differs by more than 10 %, or a ``.npy`` file, which has none."""
+    if trained is None:
         return
-    if any(abs(a - b) > 0.1 * b for a, b in zip(item.spacing, trained)):
+    if item.spacing is None:
+        if resampled:
+            warnings.warn(
+                f"{item.path}: a .npy file carries no voxel spacing, so it runs as if at the training spacing "
+                f"{tuple(trained)} mm; save it as NIfTI with its spacing to have it resampled",
+                stacklevel=2,
+            )
+        return
+    if not resampled and any(abs(a - b) > 0.1 * b for a, b in zip(item.spacing, trained)):
         warnings.warn(
             f"{item.path}: voxel spacing {tuple(item.spacing)} mm differs by more than 10 % from the training "
-            f"spacing {tuple(trained)} mm; predictions may be poor (resample the volume to the training spacing)",
+            f"spacing {tuple(trained)} mm and --no-resample runs it as it is; predictions may be poor",
             stacklevel=2,
         )
 
@@ -226,7 +237,8 @@ def _predict_all(predictor: Predictor, paths: list[Path], planned: list, options
                     raise DataError(entry["error"] + " (--keep-going skips such files)")
                 summary.failed.append((str(paths[index]), entry["error"]))
             else:
-                _check_spacing(entry["input"], predictor.loaded.spacing if volumes else None)
+                trained = predictor.loaded.spacing if volumes else None
+                _check_spacing(entry["input"], trained, predictor.preprocess.spacing is not None)
                 entry["size"] = _source_size(entry, volumes)  # a batch shares its input and output sizes
                 same = batch and entry["x"].shape == batch[0]["x"].shape and entry["size"] == batch[0]["size"]
                 if batch and (not same or len(batch) == batch_size):

@@ -67,7 +67,8 @@ def confusion_matrix(
     """``(K, K)`` int64 counts, rows = ground truth, columns = prediction.
 
     Args:
-        pred, target: integer label maps of the same shape (any number of dims).
+        pred: integer label map (any number of dims).
+        target: integer label map of the same shape.
         validate: check shapes and that labels lie in ``0..K-1`` (or are ``ignore_index``).
 
     Raises:

@@ -37,8 +37,9 @@ class AxisRule:
     def padding(self, n):
         """How much to add to ``n`` to reach :meth:`above` (``n`` may be a symbolic size: no branch).
 
-        >>> [AxisRule(multiple=4, minimum=5).padding(n) for n in (1, 5, 6, 9)]
-        [4, 0, 3, 0]
+        Examples:
+            >>> [AxisRule(multiple=4, minimum=5).padding(n) for n in (1, 5, 6, 9)]
+            [4, 0, 3, 0]
         """
         steps = (torch.sym_max(n, self.minimum) - self.minimum + self.multiple - 1) // self.multiple
         return self.minimum + steps * self.multiple - n  # floor division only: traced, no modulo

@@ -132,18 +132,22 @@ class UNet(nn.Module):
 
     Args:
         spatial_dims: 2 or 3.
-        in_channels, num_classes: input channels and output classes.
+        in_channels: input channels.
+        num_classes: output classes.
         encoder: ``"plain"`` (2D/3D), a segmentation-models-pytorch encoder name (``"resnet34"``) or
             ``"tu-<timm model>"`` (2D).
         encoder_weights: ``None`` (random init, default) or a local state-dict file; never downloaded.
         encoder_depth: stages of an smp/timm encoder.
-        channels, strides: the plain encoder's stage channels and per-stage (per-axis) strides,
-            e.g. from :func:`~upzoo.models.plan_strides`; the decoder mirrors the strides.
-        upsampler, upsampler_options: a registered block name and its options, or one per decoder
-            stage (deepest first).
+        channels: the plain encoder's stage channels.
+        strides: the plain encoder's per-stage (per-axis) strides, e.g. from
+            :func:`~upzoo.models.plan_strides`; the decoder mirrors them.
+        upsampler: a registered block name, or one per decoder stage (deepest first).
+        upsampler_options: the block's options, or one dict per decoder stage.
         decoder_channels: output channels of each decoder stage (deepest first).
-        post_filter, post_filter_options: a registered post-filter (e.g. ``masked_blur``) on the output.
-        norm, act: normalisation and activation of the conv blocks.
+        post_filter: a registered post-filter (e.g. ``masked_blur``) on the output.
+        post_filter_options: its options.
+        norm: normalisation of the conv blocks.
+        act: activation of the conv blocks.
         checkpointing: gradient checkpointing per encoder and decoder stage while training.
         deep_supervision: extra 1x1 heads on the decoder stages; in training mode ``forward`` returns
             ``[main, aux_1, ...]`` (aux outputs at their own, lower resolution), in eval mode ``main``.

@@ -14,8 +14,8 @@ from torch import nn
 from upzoo.errors import DataError
 from upzoo.models import ModelSpec, build_model
 from upzoo.recipe import Recipe, parse_recipe
-from upzoo.runtime import resolve_device
 from upzoo.runs.checkpoint import load_checkpoint, load_weights
+from upzoo.runtime import resolve_device
 
 __all__ = ["LoadedModel", "load_model", "find_checkpoint"]
 

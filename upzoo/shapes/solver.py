@@ -63,7 +63,8 @@ class ShapeSolver:
 
     Args:
         model: any ``nn.Module`` taking ``(B, C, *S)``; its weights are not touched (meta copy).
-        in_channels, spatial_dims: needed only when they cannot be read from the model.
+        in_channels: needed only when it cannot be read from the model.
+        spatial_dims: needed only when it cannot be read from the model.
         probe_size: a size known to run, for the probing fallback (default 64 per axis).
 
     Attributes:

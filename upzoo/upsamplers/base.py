@@ -27,7 +27,8 @@ class Upsampler(nn.Module):
 
     Args:
         spatial_dims: 2 for images ``(B, C, H, W)``, 3 for volumes ``(B, C, D, H, W)``.
-        in_channels, out_channels: channel counts of input and output.
+        in_channels: channels of the input.
+        out_channels: channels of the output.
         scale: an int, or one int per spatial axis such as ``(1, 2, 2)``, each in ``1..MAX_SCALE`` (256).
 
     Raises:

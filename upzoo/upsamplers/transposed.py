@@ -54,9 +54,12 @@ class TransposedConvUpsampler(Upsampler):
     output without overlapping. The classic DCGAN stage is ``kernel_size=4, padding=1`` at scale 2.
 
     Args:
-        kernel_size, padding, output_padding, dilation: int or per-axis tuple; ``kernel_size=None``
-            means ``scale``. Kernels that overlap unevenly on some axis (kernel not a multiple of
-            the stride, see :func:`overlap_counts`) warn once (:class:`CheckerboardWarning`).
+        kernel_size: int or per-axis tuple; ``None`` means ``scale``. Kernels that overlap unevenly
+            on some axis (kernel not a multiple of the stride, see :func:`overlap_counts`) warn once
+            (:class:`CheckerboardWarning`).
+        padding: int or per-axis tuple.
+        output_padding: int or per-axis tuple.
+        dilation: int or per-axis tuple.
         bias: add a learned bias.
 
     Raises:

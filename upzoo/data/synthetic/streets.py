@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from upzoo.data.cache import cached
 from upzoo.data.cityscapes import LABELS
 from upzoo.data.io import write_png
-from upzoo.data.synthetic.cache import cached
 
 __all__ = ["street_scene", "ensure_synthetic_cityscapes", "OBJECT_KINDS"]
 

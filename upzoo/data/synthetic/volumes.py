@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from upzoo.data.synthetic.cache import cached
+from upzoo.data.cache import cached
 
 __all__ = ["ORGAN_NAMES", "organ_volume", "ensure_synthetic_volumes"]
 
@@ -19,9 +19,16 @@ ORGAN_NAMES = ("background", "liver", "kidney", "spleen")
 
 
 def organ_volume(
-    rng: np.random.Generator, shape: Sequence[int], spacing: Sequence[float]
+    rng: np.random.Generator,
+    shape: Sequence[int],
+    spacing: Sequence[float],
+    min_thickness_mm: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One synthetic CT-like volume ``(D, H, W)`` float32 (Hounsfield-like units) and its uint8 labels."""
+    """One synthetic CT-like volume ``(D, H, W)`` float32 (Hounsfield-like units) and its uint8 labels.
+
+    The organs are drawn in millimetres, so one ``rng`` seed gives the same anatomy on any grid of
+    the same extent (``shape * spacing``) once ``min_thickness_mm`` (the smallest organ half-height,
+    by default 2.5 slices: ``2.5 * spacing[0]``) is fixed; only the noise differs."""
     d, h, w = (int(s) for s in shape)
     zz, yy, xx = np.meshgrid(*(np.arange(n) * sp for n, sp in zip((d, h, w), spacing)), indexing="ij")
     extent = np.array([d, h, w]) * np.asarray(spacing)
@@ -35,7 +42,7 @@ def organ_volume(
         for _ in range(count):
             center = extent * rng.uniform(0.3, 0.7, 3)
             radii = extent.max() * scale * rng.uniform(0.7, 1.3, 3)
-            radii[0] = max(radii[0], 2.5 * spacing[0])  # at least a few slices thick
+            radii[0] = max(radii[0], min_thickness_mm or 2.5 * spacing[0])  # at least a few slices thick
             inside = ((zz - center[0]) / radii[0]) ** 2 + ((yy - center[1]) / radii[1]) ** 2 + (
                 (xx - center[2]) / radii[2]
             ) ** 2 < 1

@@ -1,6 +1,7 @@
-"""The cache of generated data: one folder per kind and parameters (a hash), generated once and
-reused; a folder without its completion marker (an interrupted generation) is generated again, and a
-file lock lets one process (of several DDP ranks or parallel runs) write while the others wait."""
+"""The cache of generated data (synthetic sets, resampled volumes): one folder per kind and
+parameters (a hash), generated once and reused; a folder without its completion marker (an
+interrupted generation) is generated again, and a file lock lets one process (of several DDP ranks
+or parallel runs) write while the others wait."""
 
 from __future__ import annotations
 

@@ -1,0 +1,123 @@
+"""MkDocs hooks (``mkdocs.yml``: ``hooks``) that write the pages generated from the code when the
+site is built, so that they cannot drift from it:
+
+- ``index.md``: the README, its ``docs/...`` links made relative to the site;
+- ``<!-- upzoo-cli -->``: every ``upzoo`` command, from the click definitions (as ``--help``);
+- ``<!-- upzoo-recipe-schema -->``: every recipe section and key with its type and default, from
+  the recipe's JSON Schema.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
+    if page.file.src_uri == "index.md":
+        return readme_page()
+    markdown = markdown.replace("<!-- upzoo-cli -->", cli_page())
+    return markdown.replace("<!-- upzoo-recipe-schema -->", schema_page())
+
+
+def readme_page() -> str:
+    """The README with links into ``docs/`` made relative to the site."""
+    text = (ROOT / "README.md").read_text()
+    return re.sub(r"\]\(docs/", "](", text)
+
+
+# -- the command line ---------------------------------------------------------------------------------
+def cli_page() -> str:
+    from upzoo.cli import cli
+
+    return "\n".join(_command_sections(cli, "upzoo", click.Context(cli, info_name="upzoo")))
+
+
+def _command_sections(command: click.Command, name: str, ctx: click.Context) -> list[str]:
+    lines = [f"## `{name}`", "", "```text", command.get_usage(ctx), "```", ""]
+    if command.help:
+        lines += [_plain(inspect_cleandoc(command.help)), ""]
+    rows = [_option_row(p, ctx) for p in command.get_params(ctx) if isinstance(p, click.Option) and not p.hidden]
+    if rows:
+        lines += ["| option | value | default | what it does |", "|---|---|---|---|", *rows, ""]
+    if isinstance(command, click.Group):
+        for sub_name in command.list_commands(ctx):
+            sub = command.get_command(ctx, sub_name)
+            if sub is not None and not sub.hidden:
+                sub_ctx = click.Context(sub, info_name=sub_name, parent=ctx)
+                lines += _command_sections(sub, f"{name} {sub_name}", sub_ctx)
+    return lines
+
+
+def inspect_cleandoc(text: str) -> str:
+    import inspect
+
+    return inspect.cleandoc(text).replace("\b\n", "")
+
+
+def _option_row(option: click.Option, ctx: click.Context) -> str:
+    names = ", ".join(f"`{o}`" for o in option.opts + option.secondary_opts)
+    if option.is_flag:
+        value = "flag"
+    elif isinstance(option.type, click.Choice):
+        value = " \\| ".join(f"`{c}`" for c in option.type.choices)
+    else:
+        value = option.metavar or option.type.name.upper()
+    default = option.get_default(ctx, call=False)
+    shown = "" if default in (None, False, ()) or option.is_flag else f"`{default}`"
+    return f"| {names} | {value} | {shown} | {_cell(option.help or '')} |"
+
+
+# -- the recipe schema --------------------------------------------------------------------------------
+def schema_page() -> str:
+    from upzoo.recipe import recipe_json_schema
+
+    schema = recipe_json_schema()
+    lines: list[str] = []
+    for section, ref in schema["properties"].items():
+        body = schema["$defs"][ref["$ref"].rsplit("/", 1)[1]] if "$ref" in ref else ref
+        lines += [f"## `{section}`", "", _plain(body.get("description", "")), ""]
+        lines += ["| key | type | default |", "|---|---|---|"]
+        for key, prop in body.get("properties", {}).items():
+            default = f"`{json.dumps(prop['default'])}`" if "default" in prop else "required"
+            lines.append(f"| `{key}` | {_cell(_type(prop))} | {default} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _type(prop: dict[str, Any]) -> str:
+    if "anyOf" in prop:
+        return " or ".join(_type(p) for p in prop["anyOf"])
+    if "enum" in prop:
+        return " | ".join(f"`{json.dumps(v)}`" for v in prop["enum"])
+    if "const" in prop:
+        return f"`{json.dumps(prop['const'])}`"
+    kind = prop.get("type", "any")
+    if kind == "array":
+        if "prefixItems" in prop:
+            return "[" + ", ".join(_type(p) for p in prop["prefixItems"]) + "]"
+        items = _type(prop.get("items", {}))
+        count = (prop.get("minItems"), prop.get("maxItems"))
+        sizes = f" ({count[0]}-{count[1]} items)" if count[0] is not None and count[0] != count[1] else ""
+        return f"list of {items}{sizes}"
+    signs = (("exclusiveMinimum", ">"), ("minimum", "≥"), ("exclusiveMaximum", "<"), ("maximum", "≤"))
+    bounds = [f"{sign} {prop[key]}" for key, sign in signs if key in prop]
+    if "minLength" in prop:
+        bounds.append("not empty")
+    return kind + (f" ({', '.join(bounds)})" if bounds else "")
+
+
+def _plain(text: str) -> str:
+    """reST-style double backticks and ``:func:`` roles as Markdown code."""
+    text = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", text)
+    return text.replace("``", "`")
+
+
+def _cell(text: str) -> str:
+    return _plain(text).replace("|", "\\|").replace("\n", " ")

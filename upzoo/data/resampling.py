@@ -1,0 +1,126 @@
+"""Resampling volumes to a voxel spacing, the way nnU-Net does: images by linear interpolation,
+label maps class by class (each class's indicator interpolated linearly, the largest wins), both
+keeping the field of view — voxel centres move, the volume's physical extent and the position of
+everything in it stay. Used by training (``data.target_spacing``, cached once per case) and by
+``upzoo predict`` (each volume to the training spacing, the prediction back to the source grid).
+
+Shapes are ``(D, H, W)``; spacings are millimetres per voxel in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from upzoo.errors import DataError
+
+__all__ = [
+    "resampled_shape",
+    "resample_image",
+    "resample_labels",
+    "read_spacing",
+    "median_spacing",
+    "cached_resampled_case",
+]
+
+
+def resampled_shape(shape: Sequence[int], spacing: Sequence[float], target: Sequence[float]) -> tuple[int, ...]:
+    """The ``(D, H, W)`` that covers the same extent at ``target`` spacing: ``round(n * s / t)``, at
+    least 1 per axis (nnU-Net's rule).
+
+    >>> resampled_shape((12, 48, 48), (10.0, 1.6, 1.6), (5.0, 0.8, 0.8))
+    (24, 96, 96)
+    """
+    return tuple(max(1, round(n * s / t)) for n, s, t in zip(shape, spacing, target))
+
+
+def resample_image(image: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """``(C, D, H, W)`` or ``(D, H, W)`` float intensities -> the same at ``shape`` (trilinear,
+    corners of the field of view kept: ``align_corners=False``), float32."""
+    shape = tuple(int(n) for n in shape)
+    if tuple(image.shape[-3:]) == shape:
+        return image.astype(np.float32, copy=False)
+    x = torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32))
+    squeeze = x.ndim == 3
+    x = x[None, None] if squeeze else x[None]
+    y = F.interpolate(x, size=shape, mode="trilinear", align_corners=False)[0]
+    return (y[0] if squeeze else y).numpy()
+
+
+def resample_labels(labels: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """``(D, H, W)`` integer labels -> ``shape``: each class's indicator resampled trilinearly and the
+    class with the largest value taken (ties to the smaller class index), so that thin structures
+    survive better than with nearest neighbour; the dtype is kept."""
+    shape = tuple(int(n) for n in shape)
+    if tuple(labels.shape) == shape:
+        return labels
+    source = torch.from_numpy(np.ascontiguousarray(labels).astype(np.int64))
+    best = torch.full(shape, -1.0)
+    out = torch.zeros(shape, dtype=torch.int64)
+    for cls in torch.unique(source).tolist():
+        indicator = (source == cls).float()[None, None]
+        value = F.interpolate(indicator, size=shape, mode="trilinear", align_corners=False)[0, 0]
+        better = value > best
+        out[better], best = cls, torch.where(better, value, best)
+    return out.numpy().astype(labels.dtype)
+
+
+def read_spacing(path: str | Path) -> tuple[float, ...]:
+    """A volume file's voxel spacing ``(D, H, W)`` in mm from its header alone (no voxels are read);
+    ``.npy`` files carry none: ``(1.0, 1.0, 1.0)``.
+
+    Raises:
+        DataError: a file that is not there or whose header does not read.
+    """
+    path = Path(path)
+    if path.name.endswith(".npy"):
+        return (1.0, 1.0, 1.0)
+    try:
+        import nibabel as nib
+
+        zooms = nib.load(str(path)).header.get_zooms()[:3]
+    except Exception as exc:  # nibabel raises many kinds for a damaged header
+        raise DataError(f"{path}: unreadable volume header ({type(exc).__name__}: {exc})") from None
+    return tuple(float(f"{float(z):.6g}") for z in zooms)[::-1]
+
+
+def median_spacing(spacings: Sequence[Sequence[float]]) -> tuple[float, ...]:
+    """The per-axis median of the cases' spacings (nnU-Net's default target spacing).
+
+    >>> median_spacing([(5.0, 0.8, 0.8), (2.5, 0.7, 0.7), (3.0, 0.9, 0.9)])
+    (3.0, 0.8, 0.8)
+    """
+    return tuple(float(v) for v in np.median(np.asarray(spacings, dtype=np.float64), axis=0))
+
+
+def cached_resampled_case(
+    image_path: Path,
+    label_path: Path,
+    load,
+    target: Sequence[float],
+    cache_dir: str | Path | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A case resampled to ``target``, computed once and kept in the cache (keyed by both files'
+    paths, sizes and modification times and the target), so later epochs and runs read it back.
+    ``load()`` returns the case's ``(C, D, H, W)`` image, ``(D, H, W)`` labels and spacing."""
+    from upzoo.data.cache import cached
+
+    def identity(path: Path) -> list:
+        stat = path.stat()
+        return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+
+    params = {"image": identity(image_path), "label": identity(label_path), "target": list(target), "version": 1}
+
+    def write(root: Path) -> None:
+        image, labels, spacing = load()
+        shape = resampled_shape(labels.shape, spacing, target)
+        root.mkdir(parents=True, exist_ok=True)
+        np.save(root / "image.npy", resample_image(image, shape))
+        np.save(root / "label.npy", resample_labels(labels, shape))
+
+    root = cached("resampled", params, cache_dir, write)
+    return np.load(root / "image.npy"), np.load(root / "label.npy")
