@@ -3,7 +3,7 @@ works as written:
 
 - ``python`` blocks are executed (one namespace per document);
 - ``bash`` blocks: each ``upzoo`` command line that is quick (predict, export, sample, shapes,
-  recipe, list) runs for real; long jobs (``train``, ``bench``, ``eval``) are parsed by click,
+  recipe, list, eval) runs for real; long jobs (``train``, ``bench``) are parsed by click,
   which checks every subcommand, option, choice and file; ``python tools/...`` scripts must exist.
   ``pip``, ``pytest`` and shell helpers are left to CI.
 
@@ -25,7 +25,7 @@ from sybil.evaluators.python import PythonEvaluator
 from sybil.parsers.markdown import CodeBlockParser
 
 ROOT = Path(__file__).resolve().parent
-QUICK = {"predict", "export", "sample", "shapes", "recipe", "list"}
+QUICK = {"predict", "export", "sample", "shapes", "recipe", "list", "eval"}
 
 
 def _workspace(namespace: dict) -> Path:

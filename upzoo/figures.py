@@ -1,4 +1,4 @@
-"""PNG outputs of a run: loss and metric curves, prediction grids, GAN sample grids."""
+"""PNG outputs of a run: loss and metric curves, prediction grids, GAN sample grids and spectra."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["plot_curves", "prediction_grid", "sample_grid", "class_palette"]
+__all__ = ["plot_curves", "prediction_grid", "sample_grid", "class_palette", "spectrum_plot"]
 
 
 def class_palette(num_classes: int, palette: np.ndarray | None = None) -> np.ndarray:
@@ -96,3 +96,33 @@ def sample_grid(images: torch.Tensor, path: str | Path, nrow: int = 8, format: s
     from torchvision.utils import save_image
 
     save_image(images.float() * 0.5 + 0.5, str(path), nrow=nrow, padding=2, format=format)
+
+
+def spectrum_plot(real: np.ndarray, generated: dict[str, np.ndarray], path: str | Path, title: str = "") -> None:
+    """Azimuthally averaged power spectra (log power over the radial frequency, Nyquist = 1) of the
+    real images and of one or more generated sets, and each set's spectral error ``S_gen / S_real - 1``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nyquist = round((len(real) - 1) / np.sqrt(2))
+    frequency = np.arange(len(real)) / nyquist
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    axes[0].semilogy(frequency[1:], real[1:], color="black", linewidth=2, label="real")
+    for name, spectrum in generated.items():
+        axes[0].semilogy(frequency[1:], spectrum[1:], label=name)
+        axes[1].plot(frequency[1:], spectrum[1:] / np.maximum(real[1:], 1e-30) - 1, label=name)
+    axes[1].axhline(0, color="black", linewidth=1)
+    for axis in axes:
+        axis.axvline(0.5, color="grey", linestyle=":", linewidth=1)  # the spectral error summarises f > 0.5
+        axis.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+        axis.set_xlabel("radial frequency (1 = Nyquist; beyond: the corners)")
+        axis.legend(fontsize=8)
+    axes[0].set_title("power spectrum")
+    axes[1].set_title("spectral error  S_gen / S_real − 1")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -176,13 +176,18 @@ class TrainConfig(_Section):
 
 class EvalConfig(_Section):
     """Evaluation: sliding-window inference for volumes (patch, overlap, windows per batch) or whole
-    volumes (``sliding_window: false``), and the rows of the prediction grid."""
+    volumes (``sliding_window: false``), and the rows of the prediction grid. GANs: ``gan_images``
+    generated images against as many held-out real ones (SWD, spectral error and decay,
+    checkerboard), and with ``features`` (a segmentation run folder, whose encoder gives a domain
+    distance, or a local FID Inception weights file) KID and the Fréchet distance."""
 
     sliding_window: bool = True
     patch_size: Annotated[tuple[PositiveInt, ...], Field(min_length=3, max_length=3)] | None = None
     overlap: Fraction = 0.5
     batch_size: PositiveInt = 2
     grid_samples: NonNegativeInt = 4
+    gan_images: Annotated[int, Field(ge=16)] = 1000
+    features: Annotated[str, Field(min_length=1)] | None = None
 
     def window_patch(self, crop_size: Any) -> Any:
         """The sliding-window patch for volumes (``patch_size``, else the training crop), or ``None``

@@ -125,8 +125,20 @@ def _print_summary(summary: dict) -> None:
             f"val mIoU: {float(val['miou']):.4f}  pixel accuracy: {float(val['pixel_accuracy']):.4f}  "
             f"mean Dice: {float(val['mean_dice']):.4f}  (best mIoU {best:.4f})"
         )
-    if "checkerboard" in summary:
-        click.echo(f"checkerboard score of the samples: {summary['checkerboard']:.4f}")
+    if "swd" in summary or "checkerboard" in summary:
+        click.echo(_generative_line(summary))
+
+
+def _generative_line(result: dict) -> str:
+    """A generator's metrics on one line (what is there: SWD needs 16x16 images, KID/FD features)."""
+    parts = [f"SWD {result['swd']:.2f}" if "swd" in result else "",
+             f"spectral error {result['spectral_error']:.3f}" if "spectral_error" in result else "",
+             f"KID {result['kid']:.4f} ± {result['kid_std']:.4f}" if "kid" in result else "",
+             f"{result['fd_name']} {result['fd']:.3f}" if "fd" in result else "",
+             f"checkerboard {result['checkerboard']:.4f}" if "checkerboard" in result else ""]  # fmt: skip
+    images = f" ({result['images']} generated vs {result['images']} real images)" if "images" in result else ""
+    notes = "".join(f"; {result[k]}" for k in ("kid_fd", "swd_note") if isinstance(result.get(k), str))
+    return "  ".join(p for p in parts if p) + images + notes
 
 
 @cli.command("eval")
@@ -140,9 +152,11 @@ def _print_summary(summary: dict) -> None:
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a recipe value.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (per-class values keyed by class).")
 def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
-    """Evaluate a segmentation run (a run folder: its recipe.yaml and best.pt, else last.pt) or a
-    --checkpoint of RECIPE on the validation split: per-class IoU and Dice, with Boundary IoU and the
-    boundary F-score (2D, 2 px) or HD95 and surface Dice (3D, 2 mm); their means and the pixel accuracy."""
+    """Evaluate a run (a run folder: its recipe.yaml and best.pt, else last.pt) or a --checkpoint of
+    RECIPE. Segmentation, on the validation split: per-class IoU and Dice, with Boundary IoU and the
+    boundary F-score (2D, 2 px) or HD95 and surface Dice (3D, 2 mm); their means and the pixel accuracy.
+    GANs: eval.gan_images generated images against as many held-out real ones: SWD, spectral error,
+    checkerboard, and with --set eval.features=RUN_OR_INCEPTION_WEIGHTS KID and the Fréchet distance."""
     from upzoo.eval import evaluate_checkpoint
     from upzoo.recipe import load_recipe
     from upzoo.runs.trained_model import find_checkpoint
@@ -157,6 +171,9 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
     else:
         recipe = load_recipe(target, overrides)
     result = evaluate_checkpoint(recipe, checkpoint)
+    if recipe.task == "gan":
+        click.echo(to_json(result) if as_json else _generative_line(result))
+        return
     if as_json:
         names = result["class_names"]
         click.echo(

@@ -67,19 +67,31 @@ def _street_scenes(data: Any) -> Path:
 
 
 def _gan_images(data: Any, resolution: int) -> DataBundle:
+    """Training images and held-out real images (``val``, for the generative metrics; ``None`` for a
+    plain folder without ``train_split``/``val_split`` subfolders)."""
     from upzoo.data import transforms as T
     from upzoo.data.images import ImageFolderDataset
 
     if data.kind == "volumes":
         raise ConfigError("data.kind 'volumes' does not fit a GAN recipe; use 'images' or 'cityscapes'")
-    if data.root is not None:
-        root = Path(data.root)
-        folder = root / "leftImg8bit" / data.train_split if data.kind == "cityscapes" else root
+    if data.root is None:
+        from upzoo.data.synthetic.gan_images import ensure_synthetic_gan_images
+
+        root = ensure_synthetic_gan_images(
+            data.cache_dir, train=data.synthetic_train, val=data.synthetic_val, seed=data.synthetic_seed
+        )
+        folders = (root / "train", root / "val")
     else:
-        root = _street_scenes(data)
-        folder = root / "leftImg8bit" / "train"
-    train = ImageFolderDataset(folder, T.gan_images(resolution, train=True, augment=data.augment))
-    return DataBundle(train=train, val=None, root=root)
+        root = Path(data.root)
+        if data.kind == "cityscapes":
+            folders = (root / "leftImg8bit" / data.train_split, root / "leftImg8bit" / data.val_split)
+        elif (root / data.train_split).is_dir() and (root / data.val_split).is_dir():
+            folders = (root / data.train_split, root / data.val_split)
+        else:
+            folders = (root, None)
+    train = ImageFolderDataset(folders[0], T.gan_images(resolution, train=True, augment=data.augment))
+    val = ImageFolderDataset(folders[1], T.gan_images(resolution, train=False)) if folders[1] else None
+    return DataBundle(train=train, val=val, root=root)
 
 
 def _cityscapes(data: Any) -> DataBundle:

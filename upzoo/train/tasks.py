@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from upzoo.figures import class_palette, prediction_grid, sample_grid
-from upzoo.metrics.checkerboard import image_checkerboard
 from upzoo.models import build_discriminator, build_model
 from upzoo.train.context import StepContext
 from upzoo.train.evaluate import evaluate_segmentation
@@ -182,12 +181,16 @@ def by_class_name(values: Any, names: list[str]) -> Any:
 
 class GanTask(Task):
     """DCGAN: non-saturating loss, one discriminator forward for real and fake (DDP needs one forward
-    per backward); evaluated by a fixed latent batch's sample grid and its checkerboard score."""
+    per backward), and the generator's step through the same real + fake batch (a fake-only batch
+    would meet other BatchNorm statistics than the discriminator learned on, and fool it for free);
+    evaluated on ``eval.gan_images`` images from fixed latents against held-out real
+    images (:mod:`upzoo.train.gan_evaluation`: SWD, spectral error and decay, KID/FD with
+    ``eval.features``, checkerboard), with a sample grid and ``spectrum.png``."""
 
     kind = "gan"
     step_columns = ["loss_d", "loss_g", "d_real", "d_fake"]
-    eval_columns = ["checkerboard"]
-    curve_columns = ["checkerboard"]
+    eval_columns = ["swd", "spectral_error", "spectral_decay", "kid", "fd", "checkerboard"]
+    curve_columns = ["swd", "spectral_error", "checkerboard"]
 
     def __init__(self, prepared: Prepared) -> None:
         super().__init__(prepared)
@@ -198,7 +201,8 @@ class GanTask(Task):
         }
         self.latent = spec.options["latent_dim"]
         self.fixed_z = torch.randn(64, self.latent, generator=torch.Generator().manual_seed(cfg.seed))
-        self.last_score = float("nan")
+        self.evaluator = None  # the held-out real images are read at the first evaluation
+        self.last: dict[str, Any] = {}
 
     def eval_every(self, cfg: Any) -> int | None:
         return cfg.sample_every
@@ -215,8 +219,8 @@ class GanTask(Task):
             logits_real, torch.ones_like(logits_real)
         ) + F.binary_cross_entropy_with_logits(logits_fake, torch.zeros_like(logits_fake))
         loss_d_value = ctx.optimize(loss_d, "discriminator")
-        with ctx.autocast():
-            logits_gen = discriminator(fake).float()
+        with ctx.autocast():  # the same real + fake batch as the discriminator's step: its BatchNorm sees
+            logits_gen = discriminator(torch.cat([real, fake])).float()[n:]  # what it was trained on
         loss_g = F.binary_cross_entropy_with_logits(logits_gen, torch.ones_like(logits_gen))  # non-saturating
         return {
             "loss_d": loss_d_value,
@@ -228,17 +232,27 @@ class GanTask(Task):
     def evaluate(self, ctx: StepContext) -> dict[str, float]:
         if not ctx.is_main:
             return {}
+        from upzoo.train.gan_evaluation import GanEvaluator
+
         generator = self.modules["generator"]
         generator.eval()
         with torch.no_grad(), ctx.autocast():
             images = generator(self.fixed_z.to(ctx.device)).float().cpu()
         generator.train()
-        self.last_score = image_checkerboard(images)
         sample_grid(images, ctx.run_path / f"samples_{ctx.step:06d}.png")
-        return {"checkerboard": self.last_score}
+        data, recipe = self.prepared.data, self.prepared.recipe
+        if self.evaluator is None:
+            real = data.val if data.val is not None else data.train
+            self.evaluator = GanEvaluator(
+                real, recipe.eval.gan_images, self.latent, recipe.train.seed, recipe.eval.features
+            )
+        report = self.evaluator.evaluate(generator, ctx.device, ctx.autocast, ctx.run_path)
+        held_out = "validation" if data.val is not None else "training (the data has no validation split)"
+        self.last = report.as_dict() | {"real_images": held_out, "images": self.evaluator.count}
+        return report.values
 
     def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
-        return {"last_loss_g": last.get("loss_g", float("nan")), "checkerboard": self.last_score}
+        return {"last_loss_g": last.get("loss_g", float("nan")), **self.last}
 
 
 def make_task(prepared: Prepared) -> Task:

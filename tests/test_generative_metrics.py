@@ -1,0 +1,301 @@
+"""Generative metrics against independent definitions: the radial spectrum against a loop written
+here from the definition and known spectra, SWD against a NumPy port of the reference code, KID and
+FD against torchmetrics with the same feature extractor; and their bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.ndimage
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from upzoo.errors import DataError, ShapeError
+from upzoo.metrics.feature_distance import (
+    FeatureDistances,
+    encoder_features,
+    frechet_distance,
+    inception_features,
+    kernel_distance,
+    module_features,
+)
+from upzoo.metrics.spectrum import RadialSpectrum, radial_power_spectrum, spectral_decay, spectral_error
+from upzoo.metrics.swd import SlicedWasserstein, laplacian_pyramid, sliced_wasserstein
+
+
+# -- spectrum -----------------------------------------------------------------------------------------
+def reference_spectrum(images: np.ndarray) -> np.ndarray:
+    """The definition, one frequency at a time: grey image, |FFT|^2 / (H W), rings of rounded radius."""
+    n, _, h, w = images.shape
+    total = np.zeros(int(round(np.hypot(h // 2, w // 2))) + 1)
+    area = np.zeros_like(total)
+    for image in images.mean(1):
+        power = np.abs(np.fft.fft2(image)) ** 2 / (h * w)
+        for i in range(h):
+            for j in range(w):
+                u, v = (i if i <= h // 2 else i - h), (j if j <= w // 2 else j - w)
+                r = int(round(np.hypot(u, v)))
+                total[r] += power[i, j]
+                area[r] += 1 / n  # each frequency once over the n images
+    return total / area / n
+
+
+@pytest.mark.parametrize("size", [(16, 16), (15, 15), (12, 20)])
+def test_radial_spectrum_follows_its_definition(size):
+    images = torch.rand(3, 3, *size, dtype=torch.float64)
+    ours = radial_power_spectrum(images)
+    reference = reference_spectrum(images.numpy())
+    np.testing.assert_allclose(ours, reference[: len(ours)], rtol=1e-10)
+
+
+def test_known_spectra():
+    n = 64
+    noise = 0.5 + 0.05 * torch.randn(400, 1, n, n, dtype=torch.float64)
+    flat = radial_power_spectrum(noise)[1:]  # white noise: sigma^2 at every frequency
+    assert np.allclose(flat, 0.05**2, rtol=0.08)
+    board = torch.tensor([[(i + j) % 2 for j in range(n)] for i in range(n)], dtype=torch.float64)[None, None]
+    spectrum = radial_power_spectrum(board)
+    corner = round(np.sqrt(2) * n / 2)
+    assert set(np.flatnonzero(spectrum)) == {0, corner}  # the mean, and the corner frequency only
+    yy = torch.arange(n, dtype=torch.float64)
+    smooth = (0.5 + 0.25 * torch.cos(2 * np.pi * 3 * yy / n))[None, None, :, None].expand(1, 1, n, n)
+    assert set(np.flatnonzero(radial_power_spectrum(smooth) > 1e-12)) == {0, 3}
+
+
+def test_spectral_error_and_decay():
+    real = radial_power_spectrum(torch.rand(64, 3, 32, 32))
+    error, upper = spectral_error(real, real)
+    assert upper == 0 and np.all(error == 0)
+    boosted = real.copy()
+    boosted[9:] *= 1.5  # the upper half of a 32x32 spectrum: rings above 8
+    assert spectral_error(boosted, real)[1] == pytest.approx(0.5)
+    radii = np.arange(1, 24, dtype=float)
+    power_law = np.concatenate([[1.0], 3.0 * radii**-2.5])
+    assert spectral_decay(power_law).decay == pytest.approx(2.5)
+    with pytest.raises(ShapeError, match="spectra of 24 and 46 rings: the generated and real images differ in size"):
+        spectral_error(real, radial_power_spectrum(torch.rand(2, 3, 64, 64)))
+
+
+def test_spectrum_streams_and_refuses_mixed_sizes():
+    images = torch.rand(10, 3, 32, 32)
+    streamed = RadialSpectrum()
+    for batch in images.split(3):
+        streamed.update(batch)
+    np.testing.assert_allclose(streamed.compute(), radial_power_spectrum(images), rtol=1e-12)
+    with pytest.raises(ShapeError, match=r"one size: \(32, 32\) so far, then \(16, 16\)"):
+        streamed.update(torch.rand(1, 3, 16, 16))
+
+
+# -- SWD: a NumPy port of progressive_growing_of_gans/metrics/sliced_wasserstein.py (Karras et al.) ----
+GAUSSIAN = np.float32([[1, 4, 6, 4, 1], [4, 16, 24, 16, 4], [6, 24, 36, 24, 6], [4, 16, 24, 16, 4],
+                       [1, 4, 6, 4, 1]]) / 256.0  # fmt: skip
+
+
+def ref_pyr_down(minibatch):
+    return scipy.ndimage.convolve(minibatch, GAUSSIAN[None, None], mode="mirror")[:, :, ::2, ::2]
+
+
+def ref_pyr_up(minibatch):
+    s = minibatch.shape
+    res = np.zeros((s[0], s[1], s[2] * 2, s[3] * 2), minibatch.dtype)
+    res[:, :, ::2, ::2] = minibatch
+    return scipy.ndimage.convolve(res, GAUSSIAN[None, None] * 4.0, mode="mirror")
+
+
+def ref_laplacian_pyramid(minibatch, num_levels):
+    pyramid = [np.float32(minibatch)]
+    for _ in range(1, num_levels):
+        pyramid.append(ref_pyr_down(pyramid[-1]))
+        pyramid[-2] -= ref_pyr_up(pyramid[-1])
+    return pyramid
+
+
+def ref_finalize_descriptors(desc):
+    desc = np.concatenate(desc, axis=0)
+    desc -= np.mean(desc, axis=(0, 2, 3), keepdims=True)
+    desc /= np.std(desc, axis=(0, 2, 3), keepdims=True)
+    return desc.reshape(desc.shape[0], -1)
+
+
+def ref_sliced_wasserstein(a, b, dirs):
+    proj_a, proj_b = np.sort(np.matmul(a, dirs), axis=0), np.sort(np.matmul(b, dirs), axis=0)
+    return np.mean(np.abs(proj_a - proj_b))
+
+
+def test_laplacian_pyramid_equals_the_reference_and_opencv():
+    import cv2
+
+    images = np.random.default_rng(0).uniform(0, 255, (2, 3, 64, 64)).astype(np.float32)
+    ours = laplacian_pyramid(torch.from_numpy(images), 3)
+    reference = ref_laplacian_pyramid(images.copy(), 3)  # the reference subtracts in place
+    for a, b in zip(ours, reference):
+        np.testing.assert_allclose(a.numpy(), b, atol=2e-3)
+    np.testing.assert_allclose(ours[2][0, 0].numpy(), cv2.pyrDown(cv2.pyrDown(images[0, 0])), atol=2e-3)
+
+
+def test_sliced_wasserstein_equals_the_reference_for_the_same_descriptors_and_directions():
+    from upzoo.metrics.swd import _normalised
+
+    rng = np.random.default_rng(1)
+    a, b = (rng.normal(size=(500, 3, 7, 7)).astype(np.float32) * s for s in (1.0, 1.3))
+    dirs = rng.normal(size=(147, 16)).astype(np.float32)
+    dirs /= np.sqrt(np.sum(dirs**2, axis=0, keepdims=True))
+    expected = ref_sliced_wasserstein(ref_finalize_descriptors([a]), ref_finalize_descriptors([b]), dirs)
+    a, b = (_normalised([torch.from_numpy(x)]) for x in (a, b))
+    ours = sliced_wasserstein(a, b, torch.from_numpy(dirs))
+    assert ours == pytest.approx(expected, rel=1e-5)
+
+
+def test_swd_is_zero_for_one_set_and_grows_with_the_difference():
+    images = torch.rand(64, 3, 32, 32)
+
+    def swd(other: torch.Tensor) -> float:
+        metric = SlicedWasserstein(patches_per_image=32)
+        for batch in images.split(16):
+            metric.update(batch, real=True)
+        metric.update(other, real=False)
+        return metric.compute()
+
+    same = swd(images)
+    assert same == {"level_32": 0.0, "level_16": 0.0, "mean": 0.0}
+    blurred = F.avg_pool2d(F.pad(images, (1, 1, 1, 1), mode="replicate"), 3, stride=1)
+    noisy = (images + 0.3 * torch.randn_like(images)).clamp(0, 1)
+    assert 0 < swd(noisy)["mean"] and swd(blurred)["level_32"] > swd(noisy)["level_32"] / 10
+    assert swd(torch.rand(64, 3, 32, 32))["mean"] < swd(blurred)["mean"]  # another draw of the same noise: close
+
+
+def test_swd_bad_input_is_named():
+    metric = SlicedWasserstein()
+    with pytest.raises(ShapeError, match="SWD needs images of at least 16x16"):
+        metric.update(torch.rand(2, 3, 8, 8), real=True)
+    metric.update(torch.rand(2, 3, 32, 32), real=True)
+    with pytest.raises(ShapeError, match=r"one shape \(C, H, W\): \(3, 32, 32\) so far, then \(1, 32, 32\)"):
+        metric.update(torch.rand(2, 1, 32, 32), real=False)
+    with pytest.raises(ShapeError, match="equally many real and generated images; got 2 real and 0 generated"):
+        metric.compute()
+    with pytest.raises(ShapeError, match=r"generated images: float images must hold values in \[0, 1\], got -1"):
+        metric.update(torch.full((2, 3, 32, 32), -1.0), real=False)
+    with pytest.raises(ShapeError, match="generated images: 1 values are NaN or infinite"):
+        nan = torch.rand(2, 3, 32, 32)
+        nan[0, 0, 0, 0] = float("nan")
+        metric.update(nan, real=False)
+    with pytest.raises(ShapeError, match="patches_per_image must be a whole number >= 1, got 0"):
+        SlicedWasserstein(patches_per_image=0)
+
+
+# -- KID and FD against torchmetrics ---------------------------------------------------------------
+class PooledLinear(nn.Module):
+    """A small feature extractor usable by torchmetrics (which probes it with uint8 299x299 images)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(48, 24)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(F.adaptive_avg_pool2d(x.float(), 4).flatten(1))
+
+
+@pytest.fixture
+def feature_sets():
+    torch.manual_seed(0)
+    return PooledLinear(), torch.rand(120, 3, 16, 16), torch.rand(120, 3, 16, 16) * 0.8
+
+
+def test_kid_equals_torchmetrics_with_the_same_features(feature_sets):
+    from torchmetrics.image.kid import KernelInceptionDistance
+
+    module, real, fake = feature_sets
+    reference = KernelInceptionDistance(feature=module, subsets=1, subset_size=120)  # one subset = all: no draw
+    reference.update(real, real=True)
+    reference.update(fake, real=False)
+    extractor = module_features(module, "pooled linear")
+    ours, _ = kernel_distance(extractor(real), extractor(fake), subsets=1, subset_size=120)
+    assert ours == pytest.approx(float(reference.compute()[0]), rel=1e-4)
+    mean, std = kernel_distance(extractor(real), extractor(fake), subsets=20, subset_size=50)
+    assert abs(mean - ours) < 3 * std + 1e-6 and std > 0
+
+
+def test_kid_over_subsets_equals_torchmetrics_loop_with_the_same_draws():
+    """kernel_distance computes the kernel once; torchmetrics' loop (poly_mmd per subset, in float64
+    here) over the same subsets must give the same mean and std."""
+    from torchmetrics.image.kid import poly_mmd
+
+    gen = torch.Generator().manual_seed(0)
+    real, fake = torch.randn(2500, 64, generator=gen), 1.1 * torch.randn(2300, 64, generator=gen)
+    draws, values = torch.Generator().manual_seed(3), []
+    for _ in range(7):
+        pick_r = torch.randperm(len(real), generator=draws)[:1500]
+        pick_f = torch.randperm(len(fake), generator=draws)[:1500]
+        values.append(poly_mmd(real[pick_r].double(), fake[pick_f].double()))
+    expected = torch.stack(values)
+    mean, std = kernel_distance(real, fake, subsets=7, subset_size=1500, seed=3)
+    assert mean == pytest.approx(float(expected.mean()), rel=1e-5)
+    assert std == pytest.approx(float(expected.std(unbiased=False)), rel=1e-4)
+
+
+def test_fd_equals_torchmetrics_fid_with_the_same_features(feature_sets):
+    from torchmetrics.image.fid import FrechetInceptionDistance
+
+    module, real, fake = feature_sets
+    reference = FrechetInceptionDistance(feature=module)
+    reference.update(real, real=True)
+    reference.update(fake, real=False)
+    metric = FeatureDistances(module_features(module, "pooled linear"), subsets=5, subset_size=100)
+    for batch in real.split(50):
+        metric.update(batch, real=True)
+    metric.update(fake, real=False)
+    result = metric.compute()
+    assert result["fd"] == pytest.approx(float(reference.compute()), rel=1e-6)
+    assert result["fd_name"] == "FD (features: pooled linear)" and result["kid"] > 0
+    assert frechet_distance(metric.features[True][0], metric.features[True][0]) == pytest.approx(0, abs=1e-8)
+
+
+def test_fid_from_a_local_inception_weights_file(tmp_path):
+    import torch_fidelity.feature_extractor_inceptionv3 as fidelity
+
+    path = tmp_path / "inception.pth"
+    torch.manual_seed(0)  # random weights in the FID network's layout: the file format, not the values
+    with pytest.MonkeyPatch.context() as patch:  # build the network without its download
+        patch.setattr(fidelity, "load_state_dict_from_url", lambda *a, **k: {})
+        patch.setattr(fidelity.FeatureExtractorInceptionV3, "load_state_dict", lambda self, state: None)
+        torch.save(fidelity.FeatureExtractorInceptionV3("inception-v3-compat", ["2048"]).state_dict(), path)
+    extractor = inception_features(path)
+    features = extractor(torch.rand(2, 3, 32, 32))
+    assert features.shape == (2, 2048) and extractor.fd_name == "FID"
+    (tmp_path / "bad.pth").write_bytes(b"not weights")
+    with pytest.raises(DataError, match=r"bad.pth: not FID Inception weights"):
+        inception_features(tmp_path / "bad.pth")
+    torch.save({"conv.weight": torch.zeros(1)}, tmp_path / "other.pth")
+    with pytest.raises(DataError, match=r"other.pth: not FID Inception weights \(RuntimeError: Error\(s\) in loading"):
+        inception_features(tmp_path / "other.pth")
+    torch.save({"model": nn.Linear(1, 1)}, tmp_path / "pickled.pth")  # a module: needs unsafe unpickling
+    with pytest.raises(DataError, match=r"pickled.pth: not FID Inception weights \(UnpicklingError"):
+        inception_features(tmp_path / "pickled.pth")
+    with pytest.raises(DataError, match="Inception weights .*missing.pth do not exist"):
+        inception_features(tmp_path / "missing.pth")
+
+
+def test_encoder_features_of_a_segmentation_run(tmp_path):
+    from conftest import small_recipe
+    from upzoo.recipe import parse_recipe
+    from upzoo.train.engine import train
+
+    train(parse_recipe(small_recipe(str(tmp_path / "cache"))), tmp_path / "run", progress=False)
+    extractor = encoder_features(tmp_path / "run")
+    features = extractor(torch.rand(3, 3, 32, 32))
+    assert features.shape == (3, 8) and extractor.fd_name == "FD (features: run encoder)"
+
+
+def test_feature_distance_bad_input_is_named(feature_sets):
+    module, real, fake = feature_sets
+    metric = FeatureDistances(module_features(module, "m"), subsets=2, subset_size=200)
+    metric.update(real, real=True)
+    metric.update(fake, real=False)
+    with pytest.raises(ShapeError, match="KID draws subsets of 200 images but the real set has 120"):
+        metric.compute()
+    bad = FeatureDistances(module_features(nn.Flatten(0), "flat"))
+    with pytest.raises(ShapeError, match=r"extractor 'flat' must return \(N, D\) features for N = 2 images, got"):
+        bad.update(torch.rand(2, 3, 4, 4), real=True)
+    with pytest.raises(ShapeError, match="subset_size must be a whole number >= 2, got 1"):
+        FeatureDistances(module_features(module), subset_size=1)

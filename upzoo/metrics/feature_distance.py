@@ -1,0 +1,232 @@
+"""Distances between a real and a generated set of images in the feature space of a pluggable
+extractor: the Fréchet distance and the kernel distance (KID).
+
+- Fréchet distance (Heusel et al., "GANs Trained by a Two Time-Scale Update Rule Converge to a
+  Local Nash Equilibrium", NeurIPS 2017): ``|mu_r - mu_g|^2 + tr(S_r + S_g - 2 (S_r S_g)^(1/2))`` of
+  the features' means and covariances (``N - 1`` normalisation), in float64. With the FID Inception
+  network's weights (``inception_features(path)``, a local file: nothing is downloaded) it is FID;
+  with other features it is reported as "FD (features: NAME)", never as FID.
+- KID (Bińkowski et al., "Demystifying MMD GANs", ICLR 2018): the unbiased MMD² with the cubic
+  polynomial kernel ``k(x, y) = (x.y / D + 1)^3``, averaged over ``subsets`` random subsets of
+  ``subset_size`` features of each set (mean and std over the subsets), as torchmetrics defines it;
+  the kernel is computed once rather than once per subset (:func:`kernel_distance`).
+
+Extractors map ``(N, C, H, W)`` images in [0, 1] to ``(N, D)`` features: the FID Inception network
+(torchmetrics' port, needs ``torch-fidelity``), the encoder of a trained upzoo segmentation run (a
+domain distance: the quickstart's encoder knows street scenes), or any module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from upzoo.errors import DataError, ShapeError
+from upzoo.metrics.spectrum import as_unit_images
+
+__all__ = [
+    "FeatureExtractor",
+    "FeatureDistances",
+    "frechet_distance",
+    "kernel_distance",
+    "inception_features",
+    "encoder_features",
+    "module_features",
+]
+
+
+@dataclass
+class FeatureExtractor:
+    """``name`` and ``extract``: ``(N, C, H, W)`` float images in [0, 1] -> ``(N, D)`` features.
+    ``fid`` marks the FID Inception network, whose Fréchet distance is called FID."""
+
+    name: str
+    extract: Callable[[torch.Tensor], torch.Tensor]
+    fid: bool = False
+
+    @property
+    def fd_name(self) -> str:
+        return "FID" if self.fid else f"FD (features: {self.name})"
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            features = self.extract(images)
+        if not isinstance(features, torch.Tensor) or features.ndim != 2 or features.shape[0] != images.shape[0]:
+            shown = tuple(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__
+            raise ShapeError(
+                f"feature extractor {self.name!r} must return (N, D) features for N = {images.shape[0]} images, "
+                f"got {shown}"
+            )
+        return features.double()
+
+
+def module_features(module: nn.Module, name: str | None = None) -> FeatureExtractor:
+    """Any module taking ``(N, C, H, W)`` images in [0, 1] and returning ``(N, D)``."""
+    module.eval()
+    return FeatureExtractor(name or type(module).__name__, module)
+
+
+def inception_features(weights_path: str | Path) -> FeatureExtractor:
+    """The FID Inception-v3 (torchmetrics' ``NoTrainInceptionV3``, 2048-d pool features) with the
+    weights of a local file (``pt_inception-2015-12-05-6726825d.pth``, as torchmetrics'
+    ``feature_extractor_weights_path``). The file is read with ``weights_only=True`` first: only a
+    plain state dict of tensors is accepted.
+
+    Raises:
+        DataError: the file is missing, is not a state dict of the FID network, or torch-fidelity
+            (which holds the network) is not installed.
+    """
+    import tempfile
+
+    path = Path(weights_path)
+    if not path.is_file():
+        raise DataError(f"Inception weights {path} do not exist; give the local FID Inception weights file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # not a torch file, or one that needs unsafe unpickling
+        raise DataError(f"{path}: not FID Inception weights ({type(exc).__name__}: {exc})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise DataError(f"{path}: not FID Inception weights (expected a state dict of tensors)")
+    try:
+        from torchmetrics.image.fid import NoTrainInceptionV3
+    except ModuleNotFoundError as exc:
+        raise DataError(f"FID needs torch-fidelity ({exc}); pip install 'upzoo[fid]'") from None
+    with tempfile.TemporaryDirectory() as folder:  # torch-fidelity loads a path unsafely: give it the checked dict
+        checked = Path(folder) / "inception.pt"
+        torch.save(state, checked)
+        try:
+            network = NoTrainInceptionV3(name="inception-v3-compat", features_list=["2048"],
+                                         feature_extractor_weights_path=str(checked))  # fmt: skip
+        except Exception as exc:  # load_state_dict: missing keys or shapes
+            raise DataError(f"{path}: not FID Inception weights ({type(exc).__name__}: {exc})") from None
+
+    def extract(images: torch.Tensor) -> torch.Tensor:
+        return network((images * 255).round().to(torch.uint8))
+
+    return FeatureExtractor("Inception-v3 (FID)", extract, fid=True)
+
+
+def encoder_features(run: str | Path, device: str = "cpu") -> FeatureExtractor:
+    """The encoder of a trained upzoo segmentation run: the images normalised as it was trained,
+    its deepest stage averaged over space.
+
+    Raises:
+        DataError: not a segmentation run, or a checkpoint that does not load.
+    """
+    from upzoo.runs.trained_model import load_model
+
+    loaded = load_model(run, device=device)
+    if loaded.task != "segmentation" or loaded.volumes:
+        raise DataError(f"{run}: --features needs a 2D segmentation run (its encoder), got a {loaded.task} run")
+    encoder = loaded.model.encoder.eval()
+    mean = torch.tensor(loaded.mean or (0.0, 0.0, 0.0)).view(1, -1, 1, 1)
+    std = torch.tensor(loaded.std or (1.0, 1.0, 1.0)).view(1, -1, 1, 1)
+
+    def extract(images: torch.Tensor) -> torch.Tensor:
+        return encoder(((images - mean) / std).to(device))[-1].float().mean(dim=(2, 3)).cpu()
+
+    return FeatureExtractor(f"{Path(run).name} encoder", extract)
+
+
+def frechet_distance(real: torch.Tensor, generated: torch.Tensor) -> float:
+    """The Fréchet distance of two feature sets ``(N, D)`` (see the module), in float64."""
+    mu_r, mu_g = real.double().mean(0), generated.double().mean(0)
+    cov_r, cov_g = torch.cov(real.double().T), torch.cov(generated.double().T)
+    covmean_trace = torch.linalg.eigvals(cov_r @ cov_g).sqrt().real.sum()
+    return float((mu_r - mu_g).square().sum() + cov_r.trace() + cov_g.trace() - 2 * covmean_trace)
+
+
+def _kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``k(a_i, b_j) = (a_i.b_j / D + 1)^3`` in float32 (in place: one matrix in memory)."""
+    return (a @ b.T).div_(a.shape[1]).add_(1).pow_(3)
+
+
+def _subset_sums(a: torch.Tensor, b: torch.Tensor, pick_a: torch.Tensor, pick_b: torch.Tensor) -> torch.Tensor:
+    """For every subset ``s``: the sum of ``k(a_i, b_j)`` over ``i`` in subset ``s`` of ``a`` (the 0/1
+    columns of ``pick_a``, ``(N_a, S)``) and ``j`` in subset ``s`` of ``b``; when ``b`` is ``a``, over
+    pairs ``i != j``. The kernel is computed once, a block of rows at a time (for ``a`` = ``b`` only
+    its upper triangle), and every subset's sum of a block comes out of one float32 product with the
+    subset columns (instead of one kernel per subset); the blocks' sums are accumulated in float64."""
+    symmetric = a is b
+    totals = torch.zeros(pick_a.shape[1], dtype=torch.float64)
+    weights_b = pick_b.float()
+    for start in range(0, len(a), _BLOCK):
+        stop = min(start + _BLOCK, len(a))
+        kernel = _kernel(a[start:stop], b[start:] if symmetric else b)
+        weights = weights_b[start:] if symmetric else weights_b
+        if symmetric:
+            kernel[:, : stop - start].fill_diagonal_(0.0)  # unbiased: no i == j
+            kernel[:, stop - start :] *= 2  # the pairs (j, i) below the diagonal, not computed
+        totals += ((kernel @ weights).double() * pick_a[start:stop]).sum(0)
+    return totals
+
+
+_BLOCK = 1024
+
+
+def kernel_distance(
+    real: torch.Tensor, generated: torch.Tensor, subsets: int = 100, subset_size: int = 1000, seed: int = 0
+) -> tuple[float, float]:
+    """KID: mean and std over ``subsets`` random subsets of ``subset_size`` of each set (drawn as
+    torchmetrics' loop draws them, from one seeded stream): kernel products and per-block sums in
+    float32, accumulated in float64.
+
+    Raises:
+        ShapeError: fewer features than ``subset_size`` in a set.
+    """
+    for what, features in (("real", real), ("generated", generated)):
+        if len(features) < subset_size:
+            raise ShapeError(
+                f"KID draws subsets of {subset_size} images but the {what} set has {len(features)}; "
+                f"give more images or a smaller subset size"
+            )
+    generator = torch.Generator().manual_seed(seed)
+    picks = {0: torch.zeros(len(real), subsets, dtype=torch.float64),
+             1: torch.zeros(len(generated), subsets, dtype=torch.float64)}  # fmt: skip
+    for s in range(subsets):
+        picks[0][torch.randperm(len(real), generator=generator)[:subset_size], s] = 1.0
+        picks[1][torch.randperm(len(generated), generator=generator)[:subset_size], s] = 1.0
+    real, generated = real.float(), generated.float()
+    m = subset_size
+    xx = _subset_sums(real, real, picks[0], picks[0])
+    yy = _subset_sums(generated, generated, picks[1], picks[1])
+    xy = _subset_sums(real, generated, picks[0], picks[1])
+    values = (xx + yy) / (m * (m - 1)) - 2 * xy / m**2
+    return float(values.mean()), float(values.std(correction=0)) if subsets > 1 else 0.0
+
+
+class FeatureDistances:
+    """KID and the Fréchet distance of a real and a generated set, fed batch by batch.
+
+    Args:
+        extractor: a :class:`FeatureExtractor`.
+        subsets: KID's subsets (torchmetrics' default 100).
+        subset_size: images per KID subset (torchmetrics' default 1000).
+        seed: seeds the subsets.
+    """
+
+    def __init__(self, extractor: FeatureExtractor, subsets: int = 100, subset_size: int = 1000, seed: int = 0):
+        for name, value, least in (("subsets", subsets, 1), ("subset_size", subset_size, 2)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ShapeError(f"KID {name} must be a whole number >= {least}, got {value!r}")
+        self.extractor, self.subsets, self.subset_size, self.seed = extractor, subsets, subset_size, seed
+        self.features: dict[bool, list[torch.Tensor]] = {True: [], False: []}
+
+    def update(self, images: torch.Tensor, *, real: bool) -> None:
+        """Add a batch ``(N, C, H, W)`` (uint8, or float in [0, 1]) to the real or generated set."""
+        what = "real images" if real else "generated images"
+        self.features[real].append(self.extractor(as_unit_images(images, what)))
+
+    def compute(self) -> dict[str, float | str]:
+        """``{"kid", "kid_std", "fd", "fd_name", "features"}``."""
+        real, generated = (torch.cat(self.features[k]) if self.features[k] else None for k in (True, False))
+        if real is None or generated is None:
+            raise ShapeError("KID/FD need both a real and a generated set; one of them has no images")
+        kid, kid_std = kernel_distance(real, generated, self.subsets, self.subset_size, self.seed)
+        fd = frechet_distance(real, generated)
+        return {"kid": kid, "kid_std": kid_std, "fd": fd, "fd_name": self.extractor.fd_name,
+                "features": self.extractor.name}  # fmt: skip

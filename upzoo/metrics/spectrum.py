@@ -1,0 +1,161 @@
+"""What an upsampler does to the frequency content of generated images: the azimuthally averaged
+power spectrum of a set of images, the spectral error of a generated set against a real one, and
+the power-law decay of the spectrum's high frequencies.
+
+Up-convolutions leave their mark in the spectrum's high frequencies (Durall et al., "Watch your
+up-convolution", CVPR 2020; Frank et al., ICML 2020; Dzanic et al., NeurIPS 2020; Chandrasegaran et
+al., CVPR 2021: changing only the last upsampling layer changes the high-frequency decay).
+
+Definitions (images ``(N, C, H, W)``, values in [0, 1] or uint8 0..255, scaled to [0, 1]):
+
+- Each image is averaged over its channels (luminance-free grey), its 2D DFT taken, and the power
+  ``|F(u, v)|^2 / (H W)`` averaged over rings of integer radius ``r = round(sqrt(u^2 + v^2))``
+  (``u, v`` the signed integer frequencies, so the corners reach ``r = round(sqrt(2) * N / 2)``).
+  The set's spectrum is the mean over its images, accumulated in float64. White noise of variance
+  ``s^2`` has the flat spectrum ``s^2``; a pure checkerboard puts all its power in the corner ring.
+- The spectral error (Schwarz et al., "On the Frequency Bias of Generative Models", NeurIPS 2021):
+  ``e(r) = S_gen(r) / S_real(r) - 1`` per ring, and its summary, the mean ``|e(r)|`` over the upper
+  half of the frequencies (rings above half the Nyquist radius, ``r > min(H, W) / 4``).
+- The high-frequency decay (after Dzanic et al. 2020): a least-squares fit of
+  ``log10 S(r) = log10 a - b log10 r`` over the rings from 0.75 to 1.0 of the Nyquist radius, of the
+  spectrum normalised to unit total power; ``b`` is the decay (larger: faster fall-off), ``a`` the
+  amplitude.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from upzoo.errors import ShapeError
+
+__all__ = ["RadialSpectrum", "radial_power_spectrum", "spectral_error", "spectral_decay", "SpectralDecay"]
+
+
+def _ring_index(height: int, width: int, device: torch.device) -> torch.Tensor:
+    u = torch.fft.fftfreq(height, 1 / height, device=device, dtype=torch.float64)
+    v = torch.fft.rfftfreq(width, 1 / width, device=device, dtype=torch.float64)
+    return torch.sqrt(u[:, None] ** 2 + v[None, :] ** 2).round().long()
+
+
+def _rfft_weights(width: int, device: torch.device) -> torch.Tensor:
+    """How often each rfft column stands for a column of the full spectrum (1 or 2)."""
+    weights = torch.full((width // 2 + 1,), 2.0, dtype=torch.float64, device=device)
+    weights[0] = 1.0
+    if width % 2 == 0:
+        weights[-1] = 1.0
+    return weights
+
+
+def as_unit_images(images: torch.Tensor, what: str = "images") -> torch.Tensor:
+    """``(N, C, H, W)`` uint8 (0..255) or float in [0, 1] -> float in [0, 1].
+
+    Raises:
+        ShapeError: not 4D, NaN/inf, or floats outside [0, 1].
+    """
+    if not isinstance(images, torch.Tensor) or images.ndim != 4 or 0 in images.shape:
+        shown = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+        raise ShapeError(f"{what}: expected a batch of images (N, C, H, W), got {shown}")
+    if images.dtype == torch.uint8:
+        return images.float() / 255.0
+    if not images.is_floating_point():
+        raise ShapeError(f"{what}: expected uint8 (0..255) or float images in [0, 1], got {images.dtype}")
+    if not torch.isfinite(images).all():
+        raise ShapeError(f"{what}: {int((~torch.isfinite(images)).sum())} values are NaN or infinite")
+    low, high = float(images.min()), float(images.max())
+    if low < 0 or high > 1:
+        raise ShapeError(
+            f"{what}: float images must hold values in [0, 1], got {low:.4g}..{high:.4g} "
+            f"(map a tanh generator's output with (x + 1) / 2)"
+        )
+    return images
+
+
+class RadialSpectrum:
+    """The azimuthally averaged power spectrum of a set of images, accumulated batch by batch.
+
+    >>> spectrum = RadialSpectrum()
+    >>> spectrum.update(torch.rand(8, 3, 32, 32))
+    >>> spectrum.compute().shape  # rings 0..round(sqrt(2) * 16)
+    (24,)
+    """
+
+    def __init__(self) -> None:
+        self.size: tuple[int, int] | None = None
+        self.total: torch.Tensor | None = None
+        self.count = 0
+
+    def update(self, images: torch.Tensor) -> None:
+        """Add a batch ``(N, C, H, W)`` (every batch of one size)."""
+        x = as_unit_images(images).double().mean(1)
+        size = tuple(x.shape[-2:])
+        if self.size is None:
+            self.size = size
+            self.rings = _ring_index(*size, x.device)
+            self.weights = _rfft_weights(size[1], x.device)
+            self.ring_area = torch.zeros(int(self.rings.max()) + 1, dtype=torch.float64, device=x.device)
+            self.ring_area.index_add_(0, self.rings.flatten(), self.weights.expand_as(self.rings).flatten())
+            self.total = torch.zeros_like(self.ring_area)
+        elif size != self.size:
+            raise ShapeError(f"all images of a spectrum need one size: {self.size} so far, then {size}")
+        power = torch.fft.rfft2(x).abs().square() / (size[0] * size[1])
+        summed = (power.sum(0) * self.weights).flatten()
+        self.total.index_add_(0, self.rings.flatten(), summed)
+        self.count += x.shape[0]
+
+    def compute(self) -> np.ndarray:
+        """The mean power per ring, ``(R,)`` float64."""
+        if self.total is None:
+            raise ShapeError("the spectrum has seen no images")
+        return (self.total / self.ring_area / self.count).cpu().numpy()
+
+
+def radial_power_spectrum(images: torch.Tensor, batch_size: int = 1024) -> np.ndarray:
+    """The azimuthally averaged power spectrum ``(R,)`` of a set of images (see the module)."""
+    spectrum = RadialSpectrum()
+    for start in range(0, len(images), batch_size):
+        spectrum.update(images[start : start + batch_size])
+    return spectrum.compute()
+
+
+def _nyquist(spectrum: np.ndarray) -> int:
+    """The Nyquist radius (``N / 2``) of the square ``N x N`` images whose spectrum has these rings."""
+    return round((len(spectrum) - 1) / np.sqrt(2))
+
+
+def spectral_error(generated: np.ndarray, real: np.ndarray) -> tuple[np.ndarray, float]:
+    """``e(r) = S_gen(r) / S_real(r) - 1`` per ring, and the mean ``|e|`` over the rings above half
+    the Nyquist radius (Schwarz et al. 2021).
+
+    Raises:
+        ShapeError: spectra of different lengths (images of different sizes).
+    """
+    generated, real = np.asarray(generated, np.float64), np.asarray(real, np.float64)
+    if generated.shape != real.shape:
+        raise ShapeError(
+            f"spectra of {len(generated)} and {len(real)} rings: the generated and real images differ in size"
+        )
+    error = generated / np.maximum(real, 1e-30) - 1
+    upper = np.arange(len(real)) > _nyquist(real) / 2
+    return error, float(np.abs(error[upper]).mean())
+
+
+@dataclass(frozen=True)
+class SpectralDecay:
+    """``log10 S(r) = log10(amplitude) - decay * log10(r)`` over the upper quarter to Nyquist."""
+
+    decay: float
+    amplitude: float
+
+
+def spectral_decay(spectrum: np.ndarray) -> SpectralDecay:
+    """The power-law fit of the spectrum's high frequencies (see the module)."""
+    spectrum = np.asarray(spectrum, np.float64)
+    normalised = spectrum / spectrum.sum()
+    radii = np.arange(len(spectrum))
+    nyquist = _nyquist(spectrum)
+    band = (radii >= 0.75 * nyquist) & (radii <= nyquist) & (normalised > 0)
+    slope, intercept = np.polyfit(np.log10(radii[band]), np.log10(normalised[band]), 1)
+    return SpectralDecay(decay=float(-slope), amplitude=float(10**intercept))

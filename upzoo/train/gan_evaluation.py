@@ -1,0 +1,74 @@
+"""Evaluating a generator: ``eval.gan_images`` images from fixed latents against as many held-out
+real images (the data's validation split; the training images when the data has none), measured by
+:mod:`upzoo.metrics.generative`, with a sample grid and ``spectrum.png`` (real vs generated)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from upzoo.errors import ConfigError
+from upzoo.metrics.feature_distance import FeatureExtractor, encoder_features, inception_features
+from upzoo.metrics.generative import GenerativeReport, RealImages
+
+__all__ = ["feature_extractor", "GanEvaluator"]
+
+
+def feature_extractor(features: str | None, device: str = "cpu") -> FeatureExtractor | None:
+    """``eval.features``: a segmentation run folder (its encoder: a domain distance), a file of FID
+    Inception weights (FID), or ``None`` (no KID/FD).
+
+    Raises:
+        ConfigError: a path that does not exist. DataError: a run or weights file that does not load.
+    """
+    if features is None:
+        return None
+    path = Path(features).expanduser()
+    if path.is_dir():
+        return encoder_features(path, device=device)
+    if path.is_file():
+        return inception_features(path)
+    raise ConfigError(
+        f"eval.features: {features} does not exist; give a segmentation run folder (its encoder's features) "
+        f"or a local FID Inception weights file"
+    )
+
+
+class GanEvaluator:
+    """Held-out real images read once; :meth:`evaluate` measures a generator against them.
+
+    Args:
+        dataset: real images as the training data gives them (``{"image": (C, H, W)}`` in [-1, 1]).
+        count: how many images of each set (at most the dataset's size).
+        latent_dim: the generator's latent size; the latents are fixed by ``seed``.
+        features: ``eval.features`` (see :func:`feature_extractor`).
+    """
+
+    def __init__(self, dataset: Any, count: int, latent_dim: int, seed: int, features: str | None = None) -> None:
+        self.count = min(count, len(dataset))
+        real = torch.stack([dataset[i]["image"] for i in range(self.count)])
+        self.real = RealImages(((real + 1) / 2).clamp(0, 1), extractor=feature_extractor(features), seed=seed)
+        self.latents = torch.randn(self.count, latent_dim, generator=torch.Generator().manual_seed(seed + 1))
+
+    @torch.no_grad()
+    def generate(self, generator: nn.Module, device: torch.device, autocast: Any) -> torch.Tensor:
+        """The generator's images for the fixed latents, in [0, 1] on the CPU."""
+        was_training = generator.training
+        generator.eval()
+        images = []
+        with autocast():
+            for z in self.latents.split(250):
+                images.append(generator(z.to(device)).float().cpu())
+        generator.train(was_training)
+        return ((torch.cat(images) + 1) / 2).clamp(0, 1)
+
+    def evaluate(self, generator: nn.Module, device: torch.device, autocast: Any, folder: Path) -> GenerativeReport:
+        """Measure ``generator``; writes ``folder/spectrum.png``."""
+        from upzoo.figures import spectrum_plot
+
+        report = self.real.compare(self.generate(generator, device, autocast))
+        spectrum_plot(report.spectrum_real, {"generated": report.spectrum_generated}, folder / "spectrum.png")
+        return report
