@@ -40,7 +40,9 @@ def build_workspace(path: Path, root: Path) -> Path:
     dcgan = {"architecture": "dcgan", "latent_dim": 8, "out_channels": 3, "resolution": 16, "base_channels": 4}
     gan_data = {"kind": "images", "synthetic_train": 8, "synthetic_val": 8, "batch_size": 2}
     gan_train = {"discriminator_base_channels": 4}
-    _train({"model": dcgan, "data": gan_data, "train": gan_train, "eval": {"gan_images": 16}}, runs / "dcgan-<time>", cache)
+    _train(
+        {"model": dcgan, "data": gan_data, "train": gan_train, "eval": {"gan_images": 16}}, runs / "dcgan-<time>", cache
+    )
 
     rng = np.random.default_rng(0)
     for name in ("street.png", "photos/a.png", "photos/b.png"):

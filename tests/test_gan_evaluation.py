@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli, small_recipe
 from PIL import Image
 
+from conftest import run_cli, small_recipe
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.metrics.generative import NO_FEATURES, RealImages
 from upzoo.recipe import parse_recipe
@@ -22,8 +22,14 @@ from upzoo.train.engine import train
 def gan_recipe(cache: Path, **eval_section) -> dict:
     return {
         "model": {"architecture": "dcgan", "latent_dim": 8, "out_channels": 3, "resolution": 16, "base_channels": 4},
-        "data": {"kind": "images", "synthetic_train": 24, "synthetic_val": 20, "batch_size": 4, "num_workers": 0,
-                 "cache_dir": str(cache)},  # fmt: skip
+        "data": {
+            "kind": "images",
+            "synthetic_train": 24,
+            "synthetic_val": 20,
+            "batch_size": 4,
+            "num_workers": 0,
+            "cache_dir": str(cache),
+        },  # fmt: skip
         "train": {"max_steps": 2, "sample_every": 2, "discriminator_base_channels": 4},
         "eval": {"gan_images": 16, **eval_section},
     }
