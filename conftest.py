@@ -118,9 +118,13 @@ def _upzoo(args: list[str]) -> str | None:
 
 @pytest.fixture(scope="session")
 def docs_workspace(tmp_path_factory) -> Path:
-    from tests.docs_workspace import build_workspace
+    import importlib.util
 
-    return build_workspace(tmp_path_factory.mktemp("docs") / "template", ROOT)
+    # by its path: a package named "tests" in site-packages would shadow this folder
+    spec = importlib.util.spec_from_file_location("upzoo_docs_workspace", ROOT / "tests" / "docs_workspace.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_workspace(tmp_path_factory.mktemp("docs") / "template", ROOT)
 
 
 pytest_collect_file = Sybil(

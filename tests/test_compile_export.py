@@ -200,7 +200,7 @@ def test_model_onnx_matches_pytorch_at_sizes_that_need_padding(key, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "key", ["unet2d-blur", "dcgan-blur", *(pytest.param(k, marks=pytest.mark.slow) for k in ("unet3d", "smp-unet"))]
+    "key", ["dcgan-blur", *(pytest.param(k, marks=pytest.mark.slow) for k in ("unet2d-blur", "unet3d", "smp-unet"))]
 )
 def test_model_compiles_fullgraph_forward_and_backward_equal_eager(key):
     torch._dynamo.reset()

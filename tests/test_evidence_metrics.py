@@ -84,7 +84,7 @@ def test_streaming_surface_metrics_average_the_cases():
     assert result["hd95"] == pytest.approx(expected[1:].mean())
 
 
-@pytest.mark.parametrize("path", ["kd_tree", "distance_transform"])
+@pytest.mark.parametrize("path", [pytest.param("kd_tree", marks=pytest.mark.slow), "distance_transform"])
 def test_both_paths_agree_with_monai_at_exact_ties_and_on_200_volumes(path, monkeypatch):
     """A distance equal to the tolerance counts (MONAI's ``<=``) on both code paths: plates k voxels
     apart at spacings where k * s is the tolerance, then 200 random and constructed volumes."""

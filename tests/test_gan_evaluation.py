@@ -99,3 +99,26 @@ def test_generated_and_real_sets_must_match():
 def test_bad_gan_evaluation_settings_are_refused():
     with pytest.raises(ConfigError, match="eval.gan_images: input should be greater than or equal to 16, got 4"):
         parse_recipe(gan_recipe(Path("/tmp"), gan_images=4))
+
+
+def test_a_spectrally_normalised_discriminator_has_no_batchnorm_and_the_same_shapes():
+    from torch import nn
+
+    from upzoo.models import DCGANDiscriminator
+
+    batch, spectral = (
+        DCGANDiscriminator(3, 32, base_channels=8),
+        DCGANDiscriminator(3, 32, base_channels=8, norm="spectral"),
+    )
+    x = torch.rand(5, 3, 32, 32)
+    assert batch(x).shape == spectral(x).shape == (5,)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in spectral.modules())
+    convs = [m for m in spectral.modules() if isinstance(m, nn.Conv2d)]
+    assert convs and all(nn.utils.parametrize.is_parametrized(m, "weight") for m in convs)
+    spectral.train()
+    for _ in range(20):  # power iterations: the largest singular value of each weight goes to 1
+        spectral(x)
+    top = float(torch.linalg.matrix_norm(convs[1].weight.detach().flatten(1), ord=2))
+    assert top == pytest.approx(1.0, abs=0.05)
+    with pytest.raises(ConfigError, match="norm must be 'batch' or 'spectral', got 'layer'"):
+        DCGANDiscriminator(3, 32, norm="layer")

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import small_recipe
 from PIL import Image
 
+from conftest import small_recipe
 from upzoo.cli import main
 from upzoo.recipe import parse_recipe
 from upzoo.train.engine import train
@@ -128,7 +128,8 @@ CASES = [
     ("eval {recipe}", 2, "needs --checkpoint"),
     ("eval {recipe} --checkpoint {gan}/last.pt", 1, "gan run"),
     ("eval {recipe} --checkpoint {random_pt}", 1, "not a PyTorch checkpoint"),
-    ("eval {gan}", 1, "evaluates segmentation recipes"),
+    ("eval {gan} --set eval.features=/no/such/run", 1, "eval.features: /no/such/run does not exist"),
+    ("eval {gan} --set eval.gan_images=8", 1, "eval.gan_images: input should be greater than or equal to 16"),
     ("eval {images}", 1, "recipe.yaml"),
     # shapes
     ("shapes block transposed --input 1x3", 2, "--input needs (B, C, *spatial), got '1x3'"),

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import run_cli
 
+from conftest import run_cli
 from upzoo.errors import ConfigError, DataError, TrainingError
 from upzoo.recipe import load_recipe, parse_recipe
 from upzoo.runs.checkpoint import load_checkpoint, save_checkpoint
@@ -196,6 +196,7 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_keeping_the_last_good_chec
     assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
 
 
+@pytest.mark.slow  # a subprocess run (default-run time budget)
 def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(cache, tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(tiny(cache, max_steps=400, val_every=1000)))
@@ -355,6 +356,7 @@ def test_gan_training_resumes_exactly(cache, tmp_path):
     assert done["checkerboard"] == pytest.approx(full["checkerboard"], rel=1e-4)
 
 
+@pytest.mark.slow  # a subprocess run (default-run time budget)
 def test_ddp_on_two_cpu_processes_matches_a_single_process_evaluation(tmp_path):
     recipe_dict = tiny(str(tmp_path / "fresh-cache"), max_steps=4)  # both ranks find no data: one generates
     path = tmp_path / "recipe.yaml"
@@ -465,7 +467,7 @@ def test_tensorboard_logger_writes_event_files_tensorboard_reads(cache, tmp_path
         parse_recipe(tiny(cache, loggers=["tensorboard"]))
 
 
-@pytest.mark.slow  # DDP itself is tested by the segmentation case in the default run
+@pytest.mark.slow  # two subprocesses, like the segmentation DDP case
 def test_gan_under_ddp(cache, tmp_path):
     recipe = {
         "model": {

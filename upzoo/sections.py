@@ -137,7 +137,8 @@ class TrainConfig(_Section):
     ``class_weights: balanced`` weights the cross-entropy by ``1 / ln(1.02 + p_c)`` of each class's
     pixel share ``p_c`` in the training data (ENet's weighting: rare classes count more); ``amp`` is
     bfloat16 or float16 autocast (float16 with a gradient scaler); ``loggers`` adds TensorBoard to the
-    CSV file; GANs use ``discriminator_base_channels``.
+    CSV file; GANs use ``discriminator_base_channels`` and ``discriminator_norm`` (``batch``: DCGAN's
+    BatchNorm; ``spectral``: spectral normalisation, a stabiliser).
     """
 
     epochs: PositiveInt = 10
@@ -161,6 +162,7 @@ class TrainConfig(_Section):
     checkpoint_every: PositiveInt | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     discriminator_base_channels: PositiveInt = 64
+    discriminator_norm: Literal["batch", "spectral"] = "batch"
     sample_every: PositiveInt | None = None
     loggers: tuple[Literal["csv", "tensorboard"], ...] = ("csv",)
 

@@ -136,20 +136,30 @@ def _check_resolution(stages: nn.Sequential, channels: int, resolution: int) -> 
 
 
 class DCGANDiscriminator(nn.Module):
-    """``image (B, in_channels, R, R) -> logits (B,)``: strided 4x4 convs (x1/2 each), BatchNorm
-    (not on the first), LeakyReLU(0.2), down to 4x4, then a 4x4 conv to one logit."""
+    """``image (B, in_channels, R, R) -> logits (B,)``: strided 4x4 convs (x1/2 each), LeakyReLU(0.2),
+    down to 4x4, then a 4x4 conv to one logit. ``norm="batch"``: BatchNorm after every conv but the
+    first (DCGAN); ``norm="spectral"``: every conv spectrally normalised and no BatchNorm (Miyato et
+    al., ICLR 2018: the discriminator stays Lipschitz, a stabiliser when it wins too easily)."""
 
-    def __init__(self, in_channels: int, resolution: int, *, base_channels: int = 64) -> None:
+    def __init__(self, in_channels: int, resolution: int, *, base_channels: int = 64, norm: str = "batch") -> None:
         super().__init__()
+        if norm not in ("batch", "spectral"):
+            raise ConfigError(f"DCGANDiscriminator norm must be 'batch' or 'spectral', got {norm!r}")
         self.in_channels = check_positive_int(in_channels, "in_channels")
         self.resolution = resolution
         n = _stages(resolution)
-        layers: list[nn.Module] = [nn.Conv2d(in_channels, base_channels, 4, 2, 1), nn.LeakyReLU(0.2, inplace=True)]
+        spectral = nn.utils.parametrizations.spectral_norm if norm == "spectral" else (lambda m: m)
+        layers: list[nn.Module] = [spectral(nn.Conv2d(in_channels, base_channels, 4, 2, 1)), nn.LeakyReLU(0.2, True)]
         c = base_channels
         for _ in range(n - 1):
-            layers += [nn.Conv2d(c, 2 * c, 4, 2, 1, bias=False), nn.BatchNorm2d(2 * c), nn.LeakyReLU(0.2, inplace=True)]
+            conv = spectral(nn.Conv2d(c, 2 * c, 4, 2, 1, bias=norm == "spectral"))
+            layers += (
+                [conv, nn.BatchNorm2d(2 * c), nn.LeakyReLU(0.2, True)]
+                if norm == "batch"
+                else [conv, nn.LeakyReLU(0.2, True)]
+            )
             c *= 2
-        layers.append(nn.Conv2d(c, 1, 4, 1, 0))
+        layers.append(spectral(nn.Conv2d(c, 1, 4, 1, 0)))
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -89,10 +89,13 @@ def build_model(spec: ModelSpec | Mapping[str, Any]) -> nn.Module:
     return ARCHITECTURES[spec.architecture](**spec.options)
 
 
-def build_discriminator(spec: ModelSpec | Mapping[str, Any], *, base_channels: int = 64) -> DCGANDiscriminator:
+def build_discriminator(
+    spec: ModelSpec | Mapping[str, Any], *, base_channels: int = 64, norm: str = "batch"
+) -> DCGANDiscriminator:
     """The discriminator matching a ``dcgan`` spec (same channels and resolution)."""
     if not isinstance(spec, ModelSpec):
         spec = ModelSpec.from_dict(spec)
     if spec.architecture != "dcgan":
         raise ConfigError(f"a discriminator goes with architecture 'dcgan', not {spec.architecture!r}")
-    return DCGANDiscriminator(spec.options["out_channels"], spec.options["resolution"], base_channels=base_channels)
+    options = spec.options
+    return DCGANDiscriminator(options["out_channels"], options["resolution"], base_channels=base_channels, norm=norm)

@@ -197,7 +197,9 @@ class GanTask(Task):
         cfg, spec = prepared.recipe.train, prepared.spec
         self.modules = {
             "generator": build_model(spec),
-            "discriminator": build_discriminator(spec, base_channels=cfg.discriminator_base_channels),
+            "discriminator": build_discriminator(
+                spec, base_channels=cfg.discriminator_base_channels, norm=cfg.discriminator_norm
+            ),
         }
         self.latent = spec.options["latent_dim"]
         self.fixed_z = torch.randn(64, self.latent, generator=torch.Generator().manual_seed(cfg.seed))
