@@ -94,7 +94,7 @@ def inception_features(weights_path: str | Path) -> FeatureExtractor:
     try:
         from torchmetrics.image.fid import NoTrainInceptionV3
     except ModuleNotFoundError as exc:
-        raise DataError(f"FID needs torch-fidelity ({exc}); pip install 'upzoo[fid]' (torch-fidelity and torchmetrics)") from None
+        raise DataError(f"FID needs torch-fidelity and torchmetrics ({exc}); pip install 'upzoo[fid]'") from None
     with tempfile.TemporaryDirectory() as folder:  # torch-fidelity loads a path unsafely: give it the checked dict
         checked = Path(folder) / "inception.pt"
         torch.save(state, checked)

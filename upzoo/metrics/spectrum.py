@@ -11,7 +11,8 @@ Definitions (images ``(N, C, H, W)``, values in [0, 1] or uint8 0..255, scaled t
 - Each image is averaged over its channels (luminance-free grey), its 2D DFT taken, and the power
   ``|F(u, v)|^2 / (H W)`` averaged over rings of integer radius ``r = round(sqrt(u^2 + v^2))``
   (``u, v`` the signed integer frequencies, so the corners reach ``r = round(sqrt(2) * N / 2)``).
-  The set's spectrum is the mean over its images, accumulated in float64. White noise of variance
+  The set's spectrum is the mean over its images: each image's DFT in its own precision (float32
+  for uint8 and float32 images), the sums over images in float64. White noise of variance
   ``s^2`` has the flat spectrum ``s^2``; a pure checkerboard puts all its power in the corner ring.
 - The spectral error (Schwarz et al., "On the Frequency Bias of Generative Models", NeurIPS 2021):
   ``e(r) = S_gen(r) / S_real(r) - 1`` per ring, and its summary, the mean ``|e(r)|`` over the upper
@@ -24,6 +25,7 @@ Definitions (images ``(N, C, H, W)``, values in [0, 1] or uint8 0..255, scaled t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,9 +64,9 @@ def as_unit_images(images: torch.Tensor, what: str = "images") -> torch.Tensor:
         return images.float() / 255.0
     if not images.is_floating_point():
         raise ShapeError(f"{what}: expected uint8 (0..255) or float images in [0, 1], got {images.dtype}")
-    if not torch.isfinite(images).all():
+    low, high = (float(v) for v in torch.aminmax(images))  # one pass; NaN and inf show in the extremes
+    if not (math.isfinite(low) and math.isfinite(high)):
         raise ShapeError(f"{what}: {int((~torch.isfinite(images)).sum())} values are NaN or infinite")
-    low, high = float(images.min()), float(images.max())
     if low < 0 or high > 1:
         raise ShapeError(
             f"{what}: float images must hold values in [0, 1], got {low:.4g}..{high:.4g} "
@@ -89,7 +91,7 @@ class RadialSpectrum:
 
     def update(self, images: torch.Tensor) -> None:
         """Add a batch ``(N, C, H, W)`` (every batch of one size)."""
-        x = as_unit_images(images).double().mean(1)
+        x = as_unit_images(images).mean(1)  # float64 input stays float64; the sums are float64 anyway
         size = tuple(x.shape[-2:])
         if self.size is None:
             self.size = size
@@ -100,8 +102,9 @@ class RadialSpectrum:
             self.total = torch.zeros_like(self.ring_area)
         elif size != self.size:
             raise ShapeError(f"all images of a spectrum need one size: {self.size} so far, then {size}")
-        power = torch.fft.rfft2(x).abs().square() / (size[0] * size[1])
-        summed = (power.sum(0) * self.weights).flatten()
+        spectrum = torch.fft.rfft2(x)
+        power = (spectrum.real.square() + spectrum.imag.square()).sum(0, dtype=torch.float64) / (size[0] * size[1])
+        summed = (power * self.weights).flatten()
         self.total.index_add_(0, self.rings.flatten(), summed)
         self.count += x.shape[0]
 

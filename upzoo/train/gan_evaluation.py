@@ -70,5 +70,6 @@ class GanEvaluator:
         from upzoo.figures import spectrum_plot
 
         report = self.real.compare(self.generate(generator, device, autocast))
-        spectrum_plot(report.spectrum_real, {"generated": report.spectrum_generated}, folder / "spectrum.png")
+        title = f"{self.count} generated vs {self.count} held-out real images"
+        spectrum_plot(report.spectrum_real, {"generated": report.spectrum_generated}, folder / "spectrum.png", title)
         return report
