@@ -14,9 +14,9 @@ import pytest
 import torch
 import yaml
 from click.testing import CliRunner
-from conftest import small_recipe
 from PIL import Image
 
+from conftest import small_recipe
 from upzoo import UNet, create_upsampler, masked_gaussian_blur
 from upzoo.cli import main
 from upzoo.data.cityscapes import CLASS_NAMES
@@ -200,7 +200,7 @@ def test_cache_dir_that_is_a_file(cache, tmp_path):
     recipe.write_text(yaml.safe_dump(tiny(cache, cache_dir=str(target))))
     assert_one_line(
         *run("train", str(recipe), "--out", str(tmp_path / "run"), "--no-progress")[::2],
-        f"cannot write the synthetic data into data.cache_dir '{target}': it is a file",
+        f"cannot write generated data (synthetic sets, resampled volumes) into data.cache_dir '{target}': it is a file",
     )
 
 

@@ -10,9 +10,9 @@ import warnings
 import pytest
 import torch
 import yaml
-from conftest import small_recipe
 from torch import nn
 
+from conftest import small_recipe
 from upzoo import create_upsampler
 from upzoo.bench.artifacts import checkerboard_score, image_checkerboard, overlap_pattern, overlap_unevenness
 from upzoo.bench.block_table import bench_blocks, count_flops

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import small_recipe
 
+from conftest import small_recipe
 from upzoo.errors import ConfigError
 from upzoo.recipe import apply_overrides, parse_recipe
 from upzoo.sections import TrainConfig, validate_section

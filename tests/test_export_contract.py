@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli, small_recipe
 from PIL import Image
 
+from conftest import run_cli, small_recipe
 from upzoo.inference import Predictor, load_model
 from upzoo.inference.contract import CONTRACT_FILE
 from upzoo.inference.export import export_model

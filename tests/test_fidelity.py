@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import small_recipe
 from PIL import Image
 
+from conftest import small_recipe
 from upzoo import DCGANGenerator, UNet, masked_gaussian_blur
 from upzoo.cli import main
 from upzoo.data.io import read_image

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import run_cli, small_recipe
 
+from conftest import run_cli, small_recipe
 from upzoo.bench.collect import collect_comparison
 from upzoo.bench.launchers import SlurmOptions, launch_local, launch_slurm, sbatch_preview, slurm_executor
 from upzoo.bench.plan import JOBS_FILE, plan_comparison, read_plan, write_plan

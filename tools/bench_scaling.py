@@ -24,8 +24,8 @@ os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import torch  # noqa: E402
-from conftest import small_recipe  # noqa: E402
 
+from conftest import small_recipe  # noqa: E402
 from upzoo.bench.launchers import launch_local  # noqa: E402
 from upzoo.bench.plan import plan_comparison, write_plan  # noqa: E402
 from upzoo.bench.variants import parse_variants  # noqa: E402

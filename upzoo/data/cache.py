@@ -36,8 +36,8 @@ def cached(kind: str, params: dict, cache_dir: str | Path | None, write) -> Path
     except OSError as exc:
         reason = "it is a file" if root.parent.is_file() else exc.strerror or str(exc)
         raise ConfigError(
-            f"cannot write the synthetic data into data.cache_dir {str(root.parent)!r}: {reason}; "
-            f"give a writable folder (or set UPZOO_CACHE)"
+            f"cannot write generated data (synthetic sets, resampled volumes) into data.cache_dir "
+            f"{str(root.parent)!r}: {reason}; give a writable folder (or set UPZOO_CACHE)"
         ) from None
     with lock:  # one writer (DDP ranks, parallel runs)
         fcntl.flock(lock, fcntl.LOCK_EX)
