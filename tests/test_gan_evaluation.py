@@ -122,3 +122,36 @@ def test_a_spectrally_normalised_discriminator_has_no_batchnorm_and_the_same_sha
     assert top == pytest.approx(1.0, abs=0.05)
     with pytest.raises(ConfigError, match="norm must be 'batch' or 'spectral', got 'layer'"):
         DCGANDiscriminator(3, 32, norm="layer")
+
+
+@pytest.mark.slow  # six small GAN trainings and the speed measurement
+def test_bench_compare_on_a_gan_recipe_pairs_seeds_and_overlays_the_spectra(tmp_path):
+    from upzoo.bench.report import display_rows, write_comparison
+    from upzoo.bench.seeded import compare_upsamplers
+    from upzoo.bench.variants import parse_variants
+
+    recipe = gan_recipe(tmp_path / "cache")
+    recipe["model"] |= {"upsampler": "transposed", "upsampler_options": {"kernel_size": 4, "padding": 1}}
+    variants = parse_variants("transposed,interp_conv:mode=nearest:post_filter=masked_blur")
+    rows, missing = compare_upsamplers(parse_recipe(recipe), variants, tmp_path / "cmp", seeds=2, rounds=2)
+    assert not missing and [r["upsampler"] for r in rows] == [v.label for v in variants]
+    cells = {p.parent.parent.name: yaml_of(p)["model"] for p in (tmp_path / "cmp").glob("*/seed*/recipe.yaml")}
+    # the recipe's transposed options carry over to transposed, not to interp_conv; the post-filter is the model's
+    assert cells["transposed"]["upsampler_options"] == {"kernel_size": 4, "padding": 1}
+    blurred = cells["interp_conv_mode-nearest_post_filter-masked_blur"]
+    assert blurred["upsampler_options"] == {"mode": "nearest"} and blurred["post_filter"] == "masked_blur"
+    for row in rows:
+        assert row["seeds"] == 2 and len(row["swd_per_seed"]) == 2 and row["params"] > 0
+        assert "kid_mean" not in row  # no features in this recipe: no KID/FD columns, not NaN ones
+    assert "swd_diff" in rows[1] and "swd_diff" not in rows[0]  # paired with the baseline's seeds
+    table, columns = display_rows(rows)
+    assert {"SWD", "Δ SWD", "spectral error", "checkerboard"} <= set(columns)
+    write_comparison(rows, tmp_path / "cmp")
+    with Image.open(tmp_path / "cmp" / "compare_spectra.png") as plot:
+        assert plot.size[0] > 500
+
+
+def yaml_of(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text())

@@ -24,6 +24,7 @@ __all__ = ["collect_comparison", "cell_outcome", "quality_of", "THIN_CLASSES"]
 
 QUALITY_2D = ("miou", "boundary_iou", "boundary_fscore", "thin_iou")
 QUALITY_3D = ("mean_dice", "hd95", "surface_dice", "miou")
+QUALITY_GAN = ("swd", "spectral_error", "spectral_decay", "kid", "fd", "checkerboard")  # those a run has
 
 #: the Cityscapes classes that are thin or small: where upsamplers differ (their mean IoU is reported)
 THIN_CLASSES = ("pole", "traffic light", "traffic sign", "person", "rider", "motorcycle", "bicycle")
@@ -44,11 +45,15 @@ def quality_of(val: dict[str, Any], keys: Sequence[str], class_names: Sequence[s
 
 
 def input_shape(recipe_file: str | Path) -> tuple[int, ...]:
-    """The input the comparison times models at: a validation sample of the recipe's data."""
+    """The input the comparison times models at: a validation sample of the recipe's data (for a
+    generator: one latent)."""
     from upzoo.prepare import prepare
     from upzoo.recipe import load_recipe
 
-    prepared = prepare(load_recipe(recipe_file))
+    recipe = load_recipe(recipe_file)
+    if recipe.task == "gan":
+        return (1, recipe.model.options["latent_dim"])
+    prepared = prepare(recipe)
     bundle, data = prepared.data, prepared.recipe.data
     sample = (bundle.val or bundle.train)[0]["image"]
     return (1, *sample.shape) if data.kind != "volumes" else (1, sample.shape[0], *data.crop_size)
@@ -113,15 +118,20 @@ def collect_comparison(
         DataError: no readable plan in ``out``.
     """
     plan = read_plan(out)
-    keys = QUALITY_3D if plan.recipe["data"]["kind"] == "volumes" else QUALITY_2D
+    gan = plan.recipe["model"].get("architecture") == "dcgan"
+    keys = QUALITY_GAN if gan else QUALITY_3D if plan.recipe["data"]["kind"] == "volumes" else QUALITY_2D
     finished: dict[str, dict[int, dict]] = {label: {} for label in plan.variants}
+    spectra: dict[str, list] = {label: [] for label in plan.variants}  # generators: for compare_spectra.png
     missing = []
     for cell in plan.cells:
         summary, reason = cell_outcome(cell)
         if summary is None:
             missing.append({"variant": cell.variant, "seed": cell.seed, "reason": reason, "log": cell.log})
         else:
-            finished[cell.variant][cell.seed] = quality_of(summary["val"], keys)
+            present = [k for k in keys if k in summary["val"]] if gan else keys  # KID/FD need features
+            finished[cell.variant][cell.seed] = quality_of(summary["val"], present)
+            spectra[cell.variant].append(summary.get("spectrum_generated"))
+            spectra["real"] = [summary.get("spectrum_real")]
     base = finished[plan.variants[plan.baseline]]
     rows = [
         _row(label, finished[label], base, len(plan.seeds), i == plan.baseline)
@@ -129,7 +139,20 @@ def collect_comparison(
         if finished[label]
     ]
     _measure_speed(plan, rows, device, amp, rounds)
+    if gan:
+        for row in rows:
+            row["spectrum_generated"] = _mean_spectrum(spectra[row["upsampler"]])
+            row["spectrum_real"] = _mean_spectrum(spectra.get("real", []))
     return rows, missing
+
+
+def _mean_spectrum(spectra: list) -> list[float] | None:
+    """The mean over seeds of a variant's generated spectra (``None`` when a run has none)."""
+    if not spectra or any(s is None for s in spectra):
+        return None
+    import numpy as np
+
+    return np.mean(np.asarray(spectra, dtype=np.float64), axis=0).tolist()
 
 
 def _measure_speed(plan: Plan, rows: list[dict[str, Any]], device: str, amp: str, rounds: int) -> None:

@@ -88,14 +88,25 @@ def check_variants(recipe: Any, variants: Sequence[Variant]) -> None:
             raise ConfigError(f"variant {variant.label!r}: {exc}") from None
 
 
+#: variant options that are model keys, not the block's: ``transposed:post_filter=masked_blur``
+MODEL_KEYS = ("post_filter", "post_filter_options")
+
+
 def variant_recipe(recipe: Any, variant: Variant, seed: int) -> Any:
+    """The cell recipe of ``variant`` at ``seed``: the model's upsampler and its options replaced
+    (a recipe's own ``upsampler_options`` carry over only to the same upsampler), ``post_filter``
+    and ``post_filter_options`` set on the model, ``train.seed`` set."""
     from dataclasses import replace
 
     from upzoo.models import ModelSpec
 
-    options = {**recipe.model.to_dict(), "upsampler": variant.name}
-    if variant.options:
-        options["upsampler_options"] = {**(options.get("upsampler_options") or {}), **variant.options}
+    model = recipe.model.to_dict()
+    block_options = {k: v for k, v in variant.options.items() if k not in MODEL_KEYS}
+    inherited = (model.get("upsampler_options") or {}) if model.get("upsampler") == variant.name else {}
+    options = {**model, "upsampler": variant.name, "upsampler_options": {**inherited, **block_options}}
+    options.update({k: v for k, v in variant.options.items() if k in MODEL_KEYS})
+    if not options["upsampler_options"]:
+        options.pop("upsampler_options")
     train = recipe.train.model_copy(update={"seed": seed})
     return replace(recipe, model=ModelSpec.from_dict(options), train=train)
 

@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 __all__ = ["quality_keys", "display_rows", "evidence_chart", "write_comparison"]
 
 
@@ -19,6 +21,12 @@ TITLES = {
     "mean_dice": "Dice",
     "hd95": "HD95 mm",
     "surface_dice": "surface Dice",
+    "swd": "SWD",
+    "spectral_error": "spectral error",
+    "spectral_decay": "spectral decay",
+    "kid": "KID",
+    "fd": "FD",
+    "checkerboard": "checkerboard",
 }
 
 
@@ -100,8 +108,9 @@ def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
 
 
 def write_comparison(rows: list[dict[str, Any]], out: str | Path) -> tuple[list[dict[str, str]], list[str]]:
-    """Write ``compare.json`` (every number), ``compare.csv`` and ``compare.md`` (the display table) and
-    ``compare.png`` (the chart) into ``out`` atomically; returns the display table and its columns."""
+    """Write ``compare.json`` (every number), ``compare.csv`` and ``compare.md`` (the display table),
+    ``compare.png`` (the chart) and, for generators, ``compare_spectra.png`` (each variant's mean
+    spectrum over the real one) into ``out`` atomically; returns the display table and its columns."""
     from upzoo.runtime import atomic_write
     from upzoo.tables import render_table, to_json
 
@@ -115,4 +124,11 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path) -> tuple[list[
     for name, text in texts.items():
         atomic_write(out / name, lambda tmp, text=text: tmp.write_text(text))
     atomic_write(out / "compare.png", lambda tmp: evidence_chart(rows, tmp))
+    if rows and rows[0].get("spectrum_real") and all(r.get("spectrum_generated") for r in rows):
+        from upzoo.figures import spectrum_plot
+
+        real = np.asarray(rows[0]["spectrum_real"])
+        generated = {r["upsampler"]: np.asarray(r["spectrum_generated"]) for r in rows}
+        title = f"each variant's spectrum, mean over its seeds ({rows[0]['seeds']})"
+        atomic_write(out / "compare_spectra.png", lambda tmp: spectrum_plot(real, generated, tmp, title))
     return table, columns

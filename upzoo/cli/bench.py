@@ -135,13 +135,16 @@ def bench_compare_command(recipe, upsamplers, seeds, baseline, overrides, out_di
                           device, amp, rounds, no_progress, as_json, as_csv) -> None:  # fmt: skip
     """Train RECIPE once per upsampler variant and seed (same seeds for every variant) and tell the
     variants apart from seed noise: per metric mean ± std and a 95 % confidence interval (mIoU,
-    Boundary IoU and F-score, thin-class IoU; volumes: Dice, HD95, surface Dice), the paired
+    Boundary IoU and F-score, thin-class IoU; volumes: Dice, HD95, surface Dice; GAN recipes: SWD,
+    spectral error and decay, KID/FD with eval.features, checkerboard, and compare_spectra.png), the paired
     difference to --baseline with its interval and whether it is beyond the seed noise, inference
     time interleaved across the variants (median, IQR, '!' when the IQR exceeds 20 %), peak training
     memory, parameters, GFLOPs. The comparison is a plan (--out/plan.json, --out/jobs.txt: one
     `upzoo train ... --continue` line per cell), launched here, on local workers or as a Slurm array,
     then collected (as `upzoo bench collect` does): compare.png, compare.csv/md/json in --out. Run the
-    same command again to continue an interrupted comparison."""
+    same command again to continue an interrupted comparison. A variant's post_filter and
+    post_filter_options go to the model (transposed:post_filter=masked_blur); a recipe's own
+    upsampler_options carry over only to variants of the same upsampler."""
     from pathlib import Path
 
     from upzoo.bench.plan import plan_comparison, write_plan
@@ -186,15 +189,13 @@ def _compare_inputs(recipe, overrides, upsamplers, baseline):
     for variant in variants:  # unknown names and post-filters fail before any training
         if upsampler_info(variant.name).kind != "upsampler":
             raise UpzooError(
-                f"--upsamplers: {variant.name!r} is a post-filter, not an upsampler; compare it with "
-                f"--set model.post_filter={variant.name} on one variant"
+                f"--upsamplers: {variant.name!r} is a post-filter, not an upsampler; compare it as a variant's "
+                f"post-filter, e.g. transposed:post_filter={variant.name}"
             )
     labels = [v.label for v in variants]
     if baseline is not None and baseline not in labels:
         raise UpzooError(f"--baseline {baseline!r} is not one of the variants: {', '.join(labels)}")
     loaded = load_recipe(recipe, overrides)
-    if loaded.task != "segmentation":
-        raise UpzooError("bench compare trains segmentation recipes (mIoU); GAN recipes log checkerboard scores")
     return loaded, variants, labels.index(baseline) if baseline is not None else 0
 
 

@@ -119,7 +119,7 @@ def _print_summary(summary: dict) -> None:
     reused = " (finished before)" if summary.get("reused") else ""
     click.echo(f"steps: {summary['steps']} of {summary['total_steps']}{reused}")
     val = summary.get("val") or {}
-    if val:
+    if "miou" in val:
         best = float(summary["best_miou"]) if summary.get("best_miou") is not None else float("nan")
         click.echo(
             f"val mIoU: {float(val['miou']):.4f}  pixel accuracy: {float(val['pixel_accuracy']):.4f}  "

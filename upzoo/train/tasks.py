@@ -250,7 +250,12 @@ class GanTask(Task):
             )
         report = self.evaluator.evaluate(generator, ctx.device, ctx.autocast, ctx.run_path)
         held_out = "validation" if data.val is not None else "training (the data has no validation split)"
-        self.last = report.as_dict() | {"real_images": held_out, "images": self.evaluator.count}
+        spectra = {
+            "spectrum_real": report.spectrum_real.tolist(),
+            "spectrum_generated": report.spectrum_generated.tolist(),
+        }
+        self.last = report.as_dict() | {"real_images": held_out, "images": self.evaluator.count, "val": report.values}
+        self.last |= spectra
         return report.values
 
     def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
