@@ -85,10 +85,12 @@ def shrink(path: Path, cache: str) -> list[str]:
 
 
 def _recipe_cases():
-    """Every shipped recipe; of the resnet18 U-Net recipes that differ only in their upsampler, one
-    runs by default (each upsampler has its own block tests) and the others under ``-m slow``."""
+    """Every shipped recipe; of the resnet18 U-Net recipes and of the DCGAN recipes, which differ
+    only in their upsampler (and post-filter or resolution), one each runs by default (each block has
+    its own tests) and the others under ``-m slow``."""
+    defaults = {"cityscapes_unet_": "cityscapes_unet_transposed", "dcgan_": "dcgan_transposed"}
     for path in RECIPES:
-        same_model = path.stem.startswith("cityscapes_unet_") and path.stem != "cityscapes_unet_transposed"
+        same_model = any(path.stem.startswith(k) and path.stem != v for k, v in defaults.items())
         yield pytest.param(path, id=path.stem, marks=(pytest.mark.slow,) if same_model else ())
 
 
