@@ -46,6 +46,33 @@ def small_recipe(
     }
 
 
+def small_volume_recipe(cache_dir: str, **data) -> dict:
+    """A 3D U-Net recipe (4 classes, channels 4-8, strides (1, 2, 2)) that trains a step on two
+    embedded 8x24x24 volumes; ``data`` entries override its data keys."""
+    return {
+        "model": {
+            "architecture": "unet",
+            "spatial_dims": 3,
+            "in_channels": 1,
+            "num_classes": 4,
+            "channels": [4, 8],
+            "strides": [[1, 2, 2]],
+        },  # fmt: skip
+        "data": {
+            "kind": "volumes",
+            "synthetic_train": 2,
+            "synthetic_val": 1,
+            "synthetic_size": [8, 24, 24],
+            "crop_size": [8, 16, 16],
+            "batch_size": 1,
+            "num_workers": 0,
+            "cache_dir": str(cache_dir),
+            **data,
+        },  # fmt: skip
+        "train": {"max_steps": 1},
+    }
+
+
 def run_cli(*args: str):
     """``upzoo ARGS`` through the console script's ``main`` in this process (no interpreter start-up),
     as a ``CompletedProcess`` with the exit code, stdout and stderr."""

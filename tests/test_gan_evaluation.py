@@ -155,3 +155,36 @@ def yaml_of(path: Path) -> dict:
     import yaml
 
     return yaml.safe_load(path.read_text())
+
+
+def test_the_generator_step_shows_the_discriminator_the_real_and_fake_batch(tmp_path):
+    """The discriminator's BatchNorm learns on real + fake batches; a fake-only batch in the
+    generator's step would meet other statistics and fool it for free (the DCGAN that never learned)."""
+    from contextlib import nullcontext
+
+    from upzoo.prepare import prepare
+    from upzoo.train.tasks import GanTask
+
+    task = GanTask(prepare(parse_recipe(gan_recipe(tmp_path / "cache"))))
+    sizes: list[int] = []
+    task.modules["discriminator"].register_forward_hook(lambda module, args, out: sizes.append(len(args[0])))
+
+    class Context:  # what the engine gives a task (upzoo.train.context.StepContext), minimal
+        device = torch.device("cpu")
+
+        def net(self, name):
+            return task.modules[name]
+
+        def autocast(self):
+            return nullcontext()
+
+        def to_device(self, tensor, image=False):
+            return tensor
+
+        def optimize(self, loss, name):
+            task.modules[name].zero_grad()
+            loss.backward()
+            return float(loss)
+
+    task.step({"image": torch.rand(4, 3, 16, 16) * 2 - 1}, Context())
+    assert sizes == [8, 8]  # the discriminator's step and the generator's: 4 real + 4 fake both times

@@ -13,7 +13,7 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
-from conftest import small_recipe
+from conftest import small_recipe, small_volume_recipe
 from upzoo.cli.group import cli
 from upzoo.errors import ConfigError, DataError
 from upzoo.inference import Predictor, load_model
@@ -198,27 +198,7 @@ def test_predictor_refuses_bad_options(seg_run):
 @pytest.fixture(scope="module")
 def volume_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("vol")
-    recipe = {
-        "model": {
-            "architecture": "unet",
-            "spatial_dims": 3,
-            "in_channels": 1,
-            "num_classes": 4,
-            "channels": [4, 8],
-            "strides": [[1, 2, 2]],
-        },
-        "data": {
-            "kind": "volumes",
-            "synthetic_train": 2,
-            "synthetic_val": 1,
-            "synthetic_size": [8, 24, 24],
-            "crop_size": [8, 16, 16],
-            "batch_size": 1,
-            "num_workers": 0,
-            "cache_dir": str(root / "cache"),
-        },
-        "train": {"max_steps": 1},
-    }
+    recipe = small_volume_recipe(str(root / "cache"))
     train(parse_recipe(recipe), root / "run", progress=False)
     return root / "run"
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from conftest import small_volume_recipe
 from upzoo.data.resampling import median_spacing, resample_image, resample_labels, resampled_shape
 from upzoo.data.volumes import VolumeDataset, write_nifti
 from upzoo.errors import ConfigError
@@ -125,28 +126,7 @@ class Threshold(nn.Module):
 @pytest.fixture(scope="module")
 def volume_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("resample")
-    recipe = {
-        "model": {
-            "architecture": "unet",
-            "spatial_dims": 3,
-            "in_channels": 1,
-            "num_classes": 4,
-            "channels": [4, 8],
-            "strides": [[1, 2, 2]],
-        },  # fmt: skip
-        "data": {
-            "kind": "volumes",
-            "synthetic_train": 2,
-            "synthetic_val": 1,
-            "synthetic_size": [8, 24, 24],
-            "synthetic_spacing": list(TRAINING_SPACING),
-            "crop_size": [8, 16, 16],
-            "batch_size": 1,
-            "num_workers": 0,
-            "cache_dir": str(root / "cache"),
-        },  # fmt: skip
-        "train": {"max_steps": 1},
-    }
+    recipe = small_volume_recipe(str(root / "cache"), synthetic_spacing=list(TRAINING_SPACING))
     train(parse_recipe(recipe), root / "run", progress=False)
     return root / "run"
 
