@@ -85,10 +85,15 @@ def shrink(path: Path, cache: str) -> list[str]:
 
 
 def _recipe_cases():
-    """Every shipped recipe; of the resnet18 U-Net recipes and of the DCGAN recipes, which differ
-    only in their upsampler (and post-filter or resolution), one each runs by default (each block has
-    its own tests) and the others under ``-m slow``."""
-    defaults = {"cityscapes_unet_": "cityscapes_unet_transposed", "dcgan_": "dcgan_transposed"}
+    """Every shipped recipe; of the resnet18 U-Net recipes, of the DCGAN recipes, which differ only in
+    their upsampler (and post-filter or resolution), and of the smp decoder recipes (whose models
+    have their own tests), one each runs by default and the others under ``-m slow``."""
+    defaults = {
+        "cityscapes_unet_": "cityscapes_unet_transposed",
+        "dcgan_": "dcgan_transposed",
+        "scenes_": "scenes_fpn",
+        "cityscapes_": "cityscapes_unet_transposed",
+    }
     for path in RECIPES:
         same_model = any(path.stem.startswith(k) and path.stem != v for k, v in defaults.items())
         yield pytest.param(path, id=path.stem, marks=(pytest.mark.slow,) if same_model else ())
@@ -97,7 +102,8 @@ def _recipe_cases():
 @pytest.mark.parametrize("recipe", list(_recipe_cases()))
 def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     loaded = load_recipe(recipe)
-    assert loaded.model.architecture in ("unet", "dcgan") and loaded.data.root is None
+    assert loaded.model.architecture in ("unet", "dcgan", "smp_fpn", "smp_upernet", "smp_segformer",
+                                         "smp_deeplabv3plus") and loaded.data.root is None  # fmt: skip
     overrides = [value for value in shrink(recipe, cache) if value != "--set"]
     summary = train(load_recipe(recipe, overrides), tmp_path / "run", progress=False)  # in-process: no start-up
     assert summary["steps"] == 2

@@ -104,15 +104,15 @@ def prepare(recipe: Recipe) -> Prepared:
                 f"model.out_channels is {options['out_channels']} but the images have {channels} channels"
             )
         return Prepared(recipe, recipe.model, bundle, None, None, None, None)
+    key = "classes" if recipe.model.architecture.startswith("smp_") else "num_classes"  # smp's name
     bundle = build_datasets(
-        recipe.data, task="segmentation", num_classes=options.get("num_classes"), in_channels=options.get("in_channels")
+        recipe.data, task="segmentation", num_classes=options.get(key), in_channels=options.get("in_channels")
     )
     spec = resolve_model(recipe, bundle.spacing)
-    classes = spec.options.get("num_classes", spec.options.get("classes"))
+    classes = spec.options.get(key)
     if bundle.num_classes is not None and classes != bundle.num_classes:
         raise ConfigError(
-            f"model has {classes} classes but the data has {bundle.num_classes}; "
-            f"set model.num_classes: {bundle.num_classes}"
+            f"model has {classes} classes but the data has {bundle.num_classes}; set model.{key}: {bundle.num_classes}"
         )
     palette, mean, std = image_conventions(recipe.data)
     return Prepared(recipe, spec, bundle, bundle.num_classes or classes, palette, mean, std)

@@ -125,7 +125,8 @@ def parse_recipe(data: Any, source: str | None = None) -> Recipe:
 
 def check_model_builds(spec: ModelSpec) -> None:
     """Build the model on the meta device (no memory, no weights), so that its constructor's range
-    checks (``num_classes`` >= 1, positive channels, ...) refuse a bad recipe when it is loaded."""
+    checks (``num_classes`` >= 1, positive channels, ...) refuse a bad recipe when it is loaded; on
+    the CPU where the constructor reads a tensor's value (MiT's drop-path rates)."""
     import warnings
 
     import torch
@@ -134,10 +135,16 @@ def check_model_builds(spec: ModelSpec) -> None:
 
     if spec.options.get("strides") == "auto":  # planned from the data later; checked then
         return
-    with torch.device("meta"), warnings.catch_warnings():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # warnings come again when the real model is built
         try:
-            build_model(spec)
+            try:
+                with torch.device("meta"):
+                    build_model(spec)
+            except RuntimeError as exc:
+                if "meta tensors" not in str(exc):
+                    raise
+                build_model(spec)
         except ConfigError as exc:
             raise ConfigError(f"model: {exc}") from None
 

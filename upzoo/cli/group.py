@@ -19,23 +19,32 @@ def cli() -> None:
 @cli.command("list")
 @click.argument("pattern", default="*")
 @click.option("--kind", type=click.Choice(["upsampler", "post_filter"]), default=None, help="Only this kind.")
+@click.option(
+    "--decoders", is_flag=True, help="The upsampling points of the smp_* decoders and the blocks each point takes."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def list_command(pattern: str, kind: str | None, as_json: bool) -> None:
-    """List the registered blocks whose names match PATTERN.
+def list_command(pattern: str, kind: str | None, decoders: bool, as_json: bool) -> None:
+    """List the registered blocks whose names match PATTERN (or, with --decoders, the decoders'
+    upsampling points).
 
     PATTERN takes shell wildcards, for example '*shuffle*'.
     """
     from upzoo.registry import list_upsamplers
+    from upzoo.tables import render_table
     from upzoo.upsamplers.catalog import describe_blocks
 
+    if decoders:
+        from upzoo.models.smp_decoders import decoder_point_rows
+
+        rows = decoder_point_rows()
+        click.echo(to_json(rows) if as_json else render_table(rows, list(rows[0])))
+        return
     rows = describe_blocks(pattern, kind=kind)
     if not rows:
         raise UpzooError(f"no block matches {pattern!r}; registered: {', '.join(list_upsamplers())}")
     if as_json:
         click.echo(to_json(rows))
         return
-    from upzoo.tables import render_table
-
     click.echo(render_table(rows, ["name", "kind", "dims", "guide", "params", "description"]))
     click.echo(
         "params: learned parameters at 64 -> 64 channels, scale 2, 2D (3D where 2D is not supported); "

@@ -1,10 +1,12 @@
-"""Models with pluggable upsamplers: U-Net (2D/3D), an smp U-Net adapter, DCGAN, and the factory."""
+"""Models with pluggable upsamplers: U-Net (2D/3D); smp's U-Net, FPN, UPerNet, SegFormer and
+DeepLabV3+ with registered blocks at their upsampling points; DCGAN; and the factory."""
 
 from upzoo.models.dcgan import DCGAN_TRANSPOSED_OPTIONS, DCGANDiscriminator, DCGANGenerator
 from upzoo.models.encoders import PlainEncoder, SmpEncoder, create_encoder, load_encoder_weights
 from upzoo.models.factory import ModelSpec, build_discriminator, build_model
 from upzoo.models.planning import plan_strides
 from upzoo.models.smp_adapter import smp_unet
+from upzoo.models.smp_decoders import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
 from upzoo.models.unet import UNet
 
 __all__ = [
@@ -13,6 +15,10 @@ __all__ = [
     "DCGANDiscriminator",
     "DCGAN_TRANSPOSED_OPTIONS",
     "smp_unet",
+    "smp_fpn",
+    "smp_upernet",
+    "smp_segformer",
+    "smp_deeplabv3plus",
     "plan_strides",
     "build_model",
     "build_discriminator",

@@ -12,13 +12,22 @@ from upzoo.errors import ConfigError, did_you_mean
 from upzoo.models.dcgan import DCGANDiscriminator, DCGANGenerator
 from upzoo.models.planning import plan_strides
 from upzoo.models.smp_adapter import smp_unet
+from upzoo.models.smp_decoders import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
 from upzoo.models.unet import UNet
 from upzoo.validation import validate_kwargs
 
 __all__ = ["ModelSpec", "build_model", "build_discriminator", "ARCHITECTURES"]
 
-Architecture = Literal["unet", "smp_unet", "dcgan"]
-ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {"unet": UNet, "smp_unet": smp_unet, "dcgan": DCGANGenerator}
+Architecture = Literal["unet", "smp_unet", "smp_fpn", "smp_upernet", "smp_segformer", "smp_deeplabv3plus", "dcgan"]
+ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {
+    "unet": UNet,
+    "smp_unet": smp_unet,
+    "smp_fpn": smp_fpn,
+    "smp_upernet": smp_upernet,
+    "smp_segformer": smp_segformer,
+    "smp_deeplabv3plus": smp_deeplabv3plus,
+    "dcgan": DCGANGenerator,
+}
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,22 @@ from typing import Any
 import torch
 from torch import nn
 
-from upzoo.errors import ConfigError, ShapeError
+from upzoo.errors import ConfigError, ShapeError, did_you_mean
 from upzoo.layers import check_input_shape, check_positive_int, crop_start, pad_end
-from upzoo.models.unet import per_stage
+from upzoo.models.sizes import AxisRule
+from upzoo.models.unet import InputPolicy, per_stage
 from upzoo.registry import create_upsampler
 from upzoo.runtime import warnings_at_caller
 from upzoo.upsamplers.guides import guide_options, upsample
 
-__all__ = ["smp_unet", "UpsamplerUnetDecoderBlock"]
+__all__ = [
+    "smp_unet",
+    "UpsamplerUnetDecoderBlock",
+    "padded_smp_class",
+    "check_input_policy",
+    "check_smp_kwargs",
+    "refuse_download",
+]
 
 
 class UpsamplerUnetDecoderBlock(nn.Module):
@@ -57,6 +65,7 @@ def smp_unet(
     upsampler_options: dict[str, Any] | None = None,
     classes: int = 1,
     in_channels: int = 3,
+    input_policy: InputPolicy = "pad",
     **smp_kwargs: Any,
 ) -> nn.Module:
     """An ``smp.Unet`` whose decoder blocks upsample with a registered block (x2 each); one name,
@@ -66,6 +75,8 @@ def smp_unet(
     Each upsampler keeps the channel count, so smp's decoder convolutions are unchanged; with
     ``upsampler="interpolate"`` and ``mode="nearest"`` the model computes exactly what ``smp.Unet``
     computes with the same weights. ``encoder_weights`` defaults to ``None``: nothing is downloaded.
+    ``input_policy``: ``"pad"`` any size (padded to a multiple of the output stride and cropped
+    back) or ``"strict"`` (other sizes raise :class:`ShapeError`).
 
     >>> net = smp_unet("resnet18", upsampler="pixel_shuffle", classes=3)  # doctest: +SKIP
 
@@ -75,13 +86,13 @@ def smp_unet(
 
     check_positive_int(classes, "classes")
     check_positive_int(in_channels, "in_channels")
-    weights = smp_kwargs.pop("encoder_weights", None)
-    if weights is not None:
-        raise ConfigError(
-            "smp_unet never downloads weights: pass encoder_weights=None and load a local file with "
-            "upzoo.models.encoders.load_encoder_weights(net.encoder, path)"
-        )
-    model = _padding_unet()(encoder_name, encoder_weights=None, classes=classes, in_channels=in_channels, **smp_kwargs)
+    check_input_policy(input_policy)
+    refuse_download(smp_kwargs.pop("encoder_weights", None), "smp_unet")
+    check_smp_kwargs("Unet", encoder_name, smp_kwargs, "smp_unet")
+    model = padded_smp_class("Unet")(
+        encoder_name, encoder_weights=None, classes=classes, in_channels=in_channels, **smp_kwargs
+    )
+    model.input_policy = input_policy
     options = dict(upsampler_options or {})
     blocks = model.decoder.blocks
     names = per_stage(upsampler, len(blocks), "upsampler", "interpolate")
@@ -98,25 +109,77 @@ def smp_unet(
 
 
 @functools.cache
-def _padding_unet() -> type[nn.Module]:
-    """``smp.Unet`` that takes any input size: it pads up to a multiple of the encoder's output
-    stride (zeros, bottom/right) and crops the logits back, as upzoo's own U-Net does. The state
-    dict is smp's. Traced, the graph always pads, by an amount computed from the (symbolic) size."""
+def padded_smp_class(name: str) -> type[nn.Module]:
+    """smp's model class ``name`` (``Unet``, ``FPN``, ...) with upzoo's input policy: ``"pad"`` (the
+    default, set as ``model.input_policy``) zero-pads any input up to a multiple of the encoder's
+    output stride (bottom/right) and crops the logits back, as upzoo's own U-Net does; ``"strict"``
+    raises :class:`ShapeError` naming the nearest valid sizes. The state dict is smp's. Traced, the
+    graph always pads, by an amount computed from the (symbolic) size."""
     import segmentation_models_pytorch as smp
 
-    class PaddingUnet(smp.Unet):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            check_input_shape(x.shape, spatial_dims=2, channels=None, owner="smp_unet")
-            stride = self.encoder.output_stride
-            h, w = x.shape[2:]
-            pad_h, pad_w = ((h + stride - 1) // stride) * stride - h, ((w + stride - 1) // stride) * stride - w
-            traced = torch.compiler.is_compiling()
-            if not (traced or pad_h or pad_w):
-                return super().forward(x)
-            return crop_start(super().forward(pad_end(x, [pad_h, pad_w])), (h, w))
+    class Padded(getattr(smp, name)):
+        input_policy: InputPolicy = "pad"
 
-    PaddingUnet.__name__ = PaddingUnet.__qualname__ = "Unet"
-    return PaddingUnet
+        @property
+        def size_rules(self) -> list[AxisRule]:
+            """The sizes the model runs at natively, per axis: multiples of the encoder's output stride."""
+            stride = int(self.encoder.output_stride)
+            return [AxisRule(multiple=stride, minimum=stride)] * 2
+
+        def axis_valid(self, axis: int, n: int) -> bool:
+            return self.size_rules[axis].is_valid(n)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            check_input_shape(x.shape, spatial_dims=2, channels=None, owner=f"smp {name}")
+            rule, spatial = self.size_rules[0], tuple(x.shape[2:])
+            if torch.compiler.is_compiling():
+                return crop_start(super().forward(pad_end(x, [rule.padding(s) for s in spatial])), spatial)
+            padding = [rule.above(s) - s for s in spatial]
+            if not any(padding):
+                return super().forward(x)
+            if self.input_policy == "strict":
+                hints = "; ".join(f"axis {a}: {s} -> {rule.above(s)}" for a, s in enumerate(spatial) if padding[a])
+                raise ShapeError(
+                    f"input size {spatial} is not valid ({rule.describe()} per axis; input_policy='strict'); "
+                    f"nearest valid sizes: {hints}; pad/crop the input or use input_policy='pad'"
+                )
+            return crop_start(super().forward(pad_end(x, padding)), spatial)
+
+    Padded.__name__ = Padded.__qualname__ = name
+    return Padded
+
+
+def check_input_policy(input_policy: Any) -> None:
+    """Raise ``ConfigError`` unless ``input_policy`` is ``"pad"`` or ``"strict"``."""
+    if input_policy not in ("pad", "strict"):
+        raise ConfigError(f"input_policy must be 'pad' or 'strict', got {input_policy!r}")
+
+
+def check_smp_kwargs(smp_name: str, encoder_name: str, kwargs: dict[str, Any], owner: str) -> None:
+    """Refuse keywords smp's model ``smp_name`` does not take: smp passes unknown ones to the encoder,
+    which ignores them unless it is a timm (``tu-``) encoder."""
+    import inspect
+
+    import segmentation_models_pytorch as smp
+
+    if str(encoder_name).startswith("tu-"):
+        return
+    known = [k for k in inspect.signature(getattr(smp, smp_name)).parameters if k != "kwargs"]
+    for key in kwargs:
+        if key not in known:
+            raise ConfigError(
+                f"{owner}: unknown option {key!r} (smp's {smp_name} would ignore it for encoder {encoder_name!r})"
+                f"{did_you_mean(key, [*known, 'upsampler', 'upsampler_options', 'input_policy'])}"
+            )
+
+
+def refuse_download(weights: Any, owner: str) -> None:
+    """Raise ``ConfigError`` for ``encoder_weights`` other than None: upzoo never downloads."""
+    if weights is not None:
+        raise ConfigError(
+            f"{owner} never downloads weights: got encoder_weights={weights!r}; pass None and load a local file "
+            f"with upzoo.models.encoders.load_encoder_weights(net.encoder, path)"
+        )
 
 
 def _skip_channels(model: nn.Module, index: int) -> int:

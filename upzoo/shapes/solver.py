@@ -101,10 +101,12 @@ class ShapeSolver:
     # -- analysis ----------------------------------------------------------------------------------
     def _analyse(self) -> _Structure:
         from upzoo.models.smp_adapter import UpsamplerUnetDecoderBlock
+        from upzoo.models.smp_decoders import PointDecoder
         from upzoo.models.unet import UNet
 
         model = self.model
-        if isinstance(model, UNet):  # the rule its input policy applies: the answers agree by construction
+        native = isinstance(model, UNet) or isinstance(getattr(model, "decoder", None), PointDecoder)
+        if native:  # the rule its input policy applies: the answers agree by construction
             return _Structure([], [], final_to_input=False, native=model.axis_valid)
         if hasattr(model, "encoder") and hasattr(model, "decoder") and hasattr(model.decoder, "blocks"):
             encoder = model.encoder

@@ -1,0 +1,174 @@
+"""FPN, UPerNet, SegFormer and DeepLabV3+ with registered blocks at their upsampling points: equal to
+smp's models with smp's resize, every block at every point, guides at the output resolution, the
+input policy, the size rule, recipes and the errors."""
+
+from __future__ import annotations
+
+import pytest
+import segmentation_models_pytorch as smp
+import torch
+
+from upzoo import ConfigError
+from upzoo.errors import RegistryError, ShapeError
+from upzoo.models import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
+from upzoo.models.factory import ModelSpec, build_model
+from upzoo.models.smp_decoders import DECODER_POINTS
+from upzoo.registry import list_upsamplers, upsampler_info
+from upzoo.shapes import ShapeSolver
+
+#: (builder, smp class, encoder, small decoder widths) per decoder
+DECODERS = {
+    "fpn": (smp_fpn, smp.FPN, "resnet18", {"decoder_pyramid_channels": 32, "decoder_segmentation_channels": 32}),
+    "upernet": (smp_upernet, smp.UPerNet, "resnet18", {"decoder_channels": 32}),
+    "segformer": (smp_segformer, smp.Segformer, "mit_b0", {"decoder_segmentation_channels": 32}),
+    "segformer-cnn": (smp_segformer, smp.Segformer, "resnet18", {"decoder_segmentation_channels": 32}),
+    "deeplabv3plus": (smp_deeplabv3plus, smp.DeepLabV3Plus, "resnet18", {"decoder_channels": 32}),
+}
+BLOCKS_2D = [n for n in list_upsamplers(kind="upsampler") if 2 in upsampler_info(n).spatial_dims]
+
+
+def _pair(key, mode):
+    builder, reference_class, encoder, widths = DECODERS[key]
+    torch.manual_seed(0)
+    reference = getattr(reference_class(encoder_name=encoder, encoder_weights=None, classes=3, **widths), mode)()
+    ours = getattr(builder(encoder, upsampler="interpolate", classes=3, **widths), mode)()
+    return ours, reference
+
+
+@pytest.mark.parametrize("key", DECODERS)
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_with_smps_resize_it_is_smps_model(key, mode):
+    ours, reference = _pair(key, mode)
+    assert ours.load_state_dict(reference.state_dict(), strict=True)  # smp's keys, nothing more
+    x = torch.randn(2, 3, 64, 96)
+    expected, got = torch.manual_seed(1) and reference(x), torch.manual_seed(1) and ours(x)  # same dropout
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    weights = torch.randn_like(expected)
+    (expected * weights).sum().backward()
+    (got * weights).sum().backward()
+    for (name, p), q in zip(reference.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0, msg=name)
+
+
+def _cases():
+    for key in ("fpn", "upernet", "segformer", "deeplabv3plus"):
+        for block in BLOCKS_2D:
+            marks = () if key == "fpn" or block in ("dysample", "fade") else (pytest.mark.slow,)
+            yield pytest.param(key, block, id=f"{key}-{block}", marks=marks)
+
+
+@pytest.mark.parametrize("key, block", _cases())
+def test_every_block_at_every_point_runs_at_any_size_and_learns(key, block):
+    builder, _, encoder, widths = DECODERS[key]
+    torch.manual_seed(0)
+    model = builder(encoder, upsampler=block, classes=3, **widths).train()
+    out = model(torch.randn(2, 3, 70, 45))
+    assert out.shape == (2, 3, 70, 45)
+    (out * torch.randn_like(out)).sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    assert not missing, missing[:5]
+    learned = [n for n, _ in model.named_parameters() if ".up_" in n]
+    assert bool(learned) == (block != "interpolate")
+
+
+@pytest.mark.parametrize(
+    "key, counts",
+    [
+        ("fpn", {"top_down": [2] * 3, "branch": [2] * 6}),
+        ("upernet", {"fpn": [2] * 3, "fuse": [8, 4, 2]}),
+        ("segformer", {"stages": [8, 4, 2]}),
+        ("segformer-cnn", {"stages": [8, 4, 2]}),  # the 1/2 stage is resized down, not a point
+        ("deeplabv3plus", {"aspp": [4]}),
+    ],
+)
+def test_guided_blocks_get_the_encoder_feature_at_their_output_resolution(key, counts):
+    builder, _, encoder, widths = DECODERS[key]
+    model = builder(encoder, upsampler="fade", classes=3, **widths).eval()
+    seen = []
+    for point in counts:
+        for block in getattr(model.decoder, f"up_{point}"):
+            block.register_forward_hook(lambda m, args, out, point=point: seen.append((point, args, out)))
+    model(torch.randn(1, 3, 64, 128))
+    assert [(p, args[1].shape[-1] // args[0].shape[-1]) for p, args, _ in seen] == [
+        (p, s) for p, scales in counts.items() for s in scales
+    ]
+    for _, (x, guide), out in seen:
+        assert guide.shape[2:] == out.shape[2:] and out.shape[:2] == x.shape[:2]
+    assert model.segmentation_head[1].mode == "bilinear"  # the head keeps smp's resize
+
+
+def test_a_point_list_a_mapping_and_options_per_point():
+    builder, _, encoder, widths = DECODERS["fpn"]
+    model = builder(encoder, upsampler=["carafe", None, "transposed"], classes=3, **widths)
+    assert type(model.decoder.up_top_down[0]).__name__ == "CarafeUpsampler"
+    assert model.decoder.up_branch[0].mode == "bilinear" and model.decoder.up_branch[0].align_corners
+    assert type(model.segmentation_head[1]).__name__ == "TransposedConvUpsampler"
+    model = builder(
+        encoder, upsampler={"top_down": "dysample"}, upsampler_options={"top_down": {"groups": 8}}, **widths
+    )
+    assert model.decoder.up_top_down[0].groups == 8 and model.decoder.up_top_down[0].in_channels == 32
+    model = builder(encoder, upsampler_options={"branch": {"mode": "nearest"}}, **widths)  # interpolate with them
+    assert model.decoder.up_branch[0].mode == "nearest" and model.decoder.up_top_down[0].mode == "nearest"
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"upsampler": {"head": "fade"}}, ConfigError, r"smp_fpn head 0: 'fade' is guided by the encoder skip"),
+        ({"upsampler": {"hed": "carafe"}}, ConfigError, r"no point 'hed'; its points are top_down, branch, head"),
+        ({"upsampler": ["carafe"]}, ConfigError, r"a list with one per point \(top_down, branch, head\)"),
+        ({"upsampler": "nope"}, RegistryError, r"unknown upsampler 'nope'"),
+        ({"upsampler": "transposed", "upsampler_options": {"kernel_size": 3}}, ConfigError, r"maps size 5 to 11"),
+        ({"upsampler_options": {"top_down": {}, "mode": "x"}}, ConfigError, r"mixes point names \(top_down\)"),
+        ({"upsampler_options": [1]}, ConfigError, r"upsampler_options: expected a mapping"),
+        ({"encoder_weights": "imagenet"}, ConfigError, r"never downloads weights: got encoder_weights='imagenet'"),
+        ({"upsampling": 2}, ConfigError, r"the head always upsamples the logits to the input size"),
+        ({"input_policy": "crop"}, ConfigError, r"input_policy must be 'pad' or 'strict', got 'crop'"),
+        ({"classes": 0}, ConfigError, r"classes"),
+    ],
+)
+def test_bad_arguments_are_refused_with_the_fix(kwargs, error, message):
+    with pytest.warns() if "kernel_size" in str(kwargs) else _nothing(), pytest.raises(error, match=message):
+        smp_fpn("resnet18", **kwargs)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("key, stride", [("fpn", 32), ("segformer", 32), ("deeplabv3plus", 16)])
+def test_size_rule_strict_policy_and_the_shape_solver_agree(key, stride):
+    builder, _, encoder, widths = DECODERS[key]
+    model = builder(encoder, classes=2, input_policy="strict", **widths).eval()
+    solver = ShapeSolver(model)
+    assert solver.path == "analytic" and solver.rule(0).describe() == f"multiples of {stride}"
+    assert model(torch.randn(1, 3, stride, 2 * stride)).shape == (1, 2, stride, 2 * stride)
+    with pytest.raises(ShapeError, match=rf"nearest valid sizes: axis 1: {2 * stride + 1} -> {3 * stride}"):
+        model(torch.randn(1, 3, stride, 2 * stride + 1))
+
+
+def test_recipes_build_every_decoder_and_upzoo_list_names_their_points():
+    for architecture in DECODER_POINTS:
+        spec = ModelSpec.from_dict(
+            {"architecture": architecture, "encoder_name": "resnet18", "classes": 4, "upsampler": "dysample"}
+        )
+        assert build_model(spec)(torch.randn(2, 3, 32, 32)).shape == (2, 4, 32, 32)
+    spec = {"architecture": "smp_fpn", "encoder_name": "resnet18", "upsampler_option": {}}
+    with pytest.raises(ConfigError, match=r"smp_fpn: unknown option 'upsampler_option' \(smp's FPN would ignore it"):
+        build_model(spec)
+    with pytest.raises(
+        ConfigError, match=r"smp_unet: unknown option 'decoder_channel'.*did you mean 'decoder_channels'"
+    ):
+        build_model({"architecture": "smp_unet", "encoder_name": "resnet18", "decoder_channel": [8]})
+
+
+@pytest.mark.parametrize("builder", [smp_upernet, smp_deeplabv3plus])
+def test_a_training_batch_of_one_is_refused_where_batchnorm_follows_global_pooling(builder):
+    model = builder("resnet18", classes=2)
+    with pytest.raises(ShapeError, match=r"training needs batches of 2 or more, got 1; set data.batch_size >= 2"):
+        model(torch.randn(1, 3, 64, 64))
+    assert model.eval()(torch.randn(1, 3, 64, 64)).shape == (1, 2, 64, 64)
