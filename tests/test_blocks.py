@@ -46,9 +46,8 @@ def _run(block, x: torch.Tensor) -> torch.Tensor:
         return block(x)
     b, _, *spatial = x.shape
     guide = torch.randn(b, GUIDE_CHANNELS, *block.output_spatial(tuple(spatial)), dtype=x.dtype)
-    return block(
-        x, guide.contiguous(memory_format=torch.contiguous_format if x.is_contiguous() else torch.channels_last)
-    )
+    channels_last = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+    return block(x, guide.contiguous(memory_format=torch.contiguous_format if x.is_contiguous() else channels_last))
 
 
 def _expected_spatial(dims, scale, sizes):
@@ -162,8 +161,8 @@ def test_unknown_option_lists_the_options(name):
 
 
 def test_unsupported_spatial_dims_and_channels():
-    with pytest.raises(ConfigError, match=r"supports spatial_dims in \(2,\), got 3"):
-        create_upsampler("carafe", spatial_dims=3, in_channels=4, out_channels=4, scale=2)
+    with pytest.raises(ConfigError, match=r"supports spatial_dims in \(2, 3\), got 1"):
+        create_upsampler("carafe", spatial_dims=1, in_channels=4, out_channels=4, scale=2)
     with pytest.raises(ConfigError, match="in_channels must be an int >= 1, got 0"):
         create_upsampler("transposed", spatial_dims=2, in_channels=0, out_channels=4, scale=2)
     with pytest.raises(ConfigError, match="out_channels must equal in_channels"):

@@ -1,4 +1,4 @@
-"""CARAFE: content-aware reassembly of features (Wang et al., ICCV 2019), pure PyTorch, 2D."""
+"""CARAFE: content-aware reassembly of features (Wang et al., ICCV 2019), pure PyTorch, 2D and 3D."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from upzoo.errors import ConfigError
-from upzoo.layers import check_positive_int
+from upzoo.layers import check_positive_int, conv_nd
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
-from upzoo.upsamplers.reassembly import reassemble
+from upzoo.upsamplers.reassembly import default_kernel, reassemble
 
 __all__ = ["CarafeUpsampler"]
 
@@ -20,19 +20,22 @@ __all__ = ["CarafeUpsampler"]
 class CarafeUpsampler(Upsampler):
     """CARAFE: predicted, softmax-normalised k_up x k_up kernels reassemble each output point.
 
-    ``(B, C_in, H, W) -> (B, C_out, H * s_h, W * s_w)``. A 1x1 conv compresses the channels, a
-    ``kernel_encoder`` conv predicts ``kernel_up**2`` weights per sub-position, softmax normalises
-    them, and every output point is the weighted sum of the ``kernel_up x kernel_up`` neighbourhood
-    of its source point (computed at input resolution with ``unfold``, no compiled ops). A 1x1 conv
-    projects to ``out_channels`` when it differs from ``in_channels``.
+    ``(B, C_in, *S) -> (B, C_out, *S * scale)``. A 1x1 conv compresses the channels, a
+    ``kernel_encoder`` conv predicts ``kernel_up**n`` weights per sub-position, softmax normalises
+    them, and every output point is the weighted sum of the ``kernel_up x kernel_up`` (3D: ``x
+    kernel_up``) neighbourhood of its source point (computed at input resolution, no compiled ops;
+    3D loops over the neighbourhood's offsets instead of unfolding it). A 1x1 conv projects to
+    ``out_channels`` when it differs from ``in_channels``. 3D, anisotropic scales such as (1, 2, 2)
+    included, is upzoo's extension of the 2D paper.
 
     Args:
-        kernel_up: reassembly kernel size (odd), 5 in the paper.
+        kernel_up: reassembly kernel size (odd); default 5 in 2D (the paper), 3 in 3D (27 neighbours,
+            about the 25 of 2D, and about 2D's memory per voxel).
         kernel_encoder: content-encoder kernel size (odd), 3 in the paper.
         compressed_channels: channels after compression, 64 in the paper.
     """
 
-    supported_spatial_dims = (2,)
+    supported_spatial_dims = (2, 3)
 
     def __init__(
         self,
@@ -41,25 +44,26 @@ class CarafeUpsampler(Upsampler):
         in_channels: int,
         out_channels: int,
         scale: int | Sequence[int],
-        kernel_up: int = 5,
+        kernel_up: int | None = None,
         kernel_encoder: int = 3,
         compressed_channels: int = 64,
     ) -> None:
         super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
+        kernel_up = default_kernel(kernel_up, self.spatial_dims)
         for name, k in (("kernel_up", kernel_up), ("kernel_encoder", kernel_encoder)):
             if check_positive_int(k, name) % 2 == 0:
                 raise ConfigError(f"carafe {name} must be odd, got {k}")
         self.kernel_up = kernel_up
         self.kernel_encoder = kernel_encoder
         mid = check_positive_int(compressed_channels, "compressed_channels")
-        self.compress = nn.Conv2d(self.in_channels, mid, kernel_size=1)
-        self.encoder = nn.Conv2d(
-            mid, kernel_up**2 * self.scale_product, kernel_size=kernel_encoder, padding=kernel_encoder // 2
-        )
+        conv = conv_nd(self.spatial_dims)
+        self.compress = conv(self.in_channels, mid, kernel_size=1)
+        self.encoder = conv(
+            mid, kernel_up**self.spatial_dims * self.scale_product, kernel_size=kernel_encoder,
+            padding=kernel_encoder // 2,
+        )  # fmt: skip
         self.proj = (
-            nn.Conv2d(self.in_channels, self.out_channels, kernel_size=1)
-            if self.out_channels != self.in_channels
-            else None
+            conv(self.in_channels, self.out_channels, kernel_size=1) if self.out_channels != self.in_channels else None
         )
         self.reset_parameters()
 
@@ -74,8 +78,9 @@ class CarafeUpsampler(Upsampler):
             self.proj.reset_parameters()
 
     def upsample(self, x: torch.Tensor) -> torch.Tensor:
-        b, _, h, w = x.shape
-        kernels = self.encoder(self.compress(x)).reshape(b, self.kernel_up**2, self.scale_product, h, w).softmax(dim=1)
+        b, _, *spatial = x.shape
+        logits = self.encoder(self.compress(x))
+        kernels = logits.reshape(b, self.kernel_up**self.spatial_dims, self.scale_product, *spatial).softmax(dim=1)
         y = reassemble(x, kernels, self.kernel_up, self.scale)
         return self.proj(y) if self.proj is not None else y
 

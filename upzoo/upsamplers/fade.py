@@ -1,5 +1,5 @@
 """FADE (Lu et al., ECCV 2022, "FADE: Fusing the Assets of Decoder and Encoder for Task-Agnostic
-Upsampling"), pure PyTorch, 2D, guided by the encoder feature at the output resolution."""
+Upsampling"), pure PyTorch, 2D and 3D, guided by the encoder feature at the output resolution."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from upzoo.errors import ConfigError
-from upzoo.layers import check_positive_int
+from upzoo.layers import check_positive_int, conv_nd
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
-from upzoo.upsamplers.reassembly import pixel_unshuffle_2d, reassemble
+from upzoo.upsamplers.reassembly import default_kernel, pixel_unshuffle_nd, reassemble
 
 __all__ = ["FadeUpsampler"]
 
@@ -22,24 +22,25 @@ __all__ = ["FadeUpsampler"]
 class FadeUpsampler(Upsampler):
     """FADE: reassembly kernels from decoder *and* encoder, and a gate between detail and semantics.
 
-    ``x (B, C_in, H, W), guide (B, C_guide, H*s_h, W*s_w) -> (B, C_out, H*s_h, W*s_w)``.
+    ``x (B, C_in, *S), guide (B, C_guide, *S * scale) -> (B, C_out, *S * scale)``.
 
     * Kernels by *semi-shift convolution*: both features are compressed to ``embedding_channels``
-      by 1x1 convs, one shared ``encoder_kernel_size`` conv predicts ``kernel_size²`` logits from
+      by 1x1 convs, one shared ``encoder_kernel_size`` conv predicts ``kernel_size^n`` logits from
       each, the decoder's are repeated to the output resolution (nearest) and added to the
       encoder's, and a softmax normalises them per output point.
-    * Every output point reassembles the ``kernel_size x kernel_size`` neighbourhood of its source
-      point in ``x`` with its kernel (CARAFE's operator, computed at the input resolution).
+    * Every output point reassembles the ``kernel_size^n`` neighbourhood of its source point in
+      ``x`` with its kernel (CARAFE's operator, computed at the input resolution).
     * ``gate=True``: ``g = sigmoid(up(conv1x1(x)))`` mixes the result with the guide,
       ``g * guide + (1 - g) * reassembled``; a 1x1 conv aligns the guide to ``C_in`` channels when
       they differ (the paper's features share a width).
 
-    A 1x1 conv projects to ``out_channels`` when it differs from ``in_channels``. 2D only: the
-    reassembly's neighbourhood unfold has no 3D counterpart in PyTorch, and the paper is 2D.
+    A 1x1 conv projects to ``out_channels`` when it differs from ``in_channels``. 3D (anisotropic
+    scales included) is upzoo's extension of the 2D paper: the same steps with 3D convolutions,
+    reassembling by a loop over the neighbourhood's offsets.
 
     Args:
         guide_channels: channels of the guide (the encoder skip).
-        kernel_size: reassembly kernel (odd), 5 in the paper.
+        kernel_size: reassembly kernel (odd); default 5 in 2D (the paper), 3 in 3D.
         embedding_channels: width of the compressed features, 64 in the paper.
         encoder_kernel_size: kernel of the shared content encoder (odd), 3 in the paper.
         gate: mix with the guide by a learned gate (FADE); ``False`` is the paper's ablation
@@ -50,7 +51,7 @@ class FadeUpsampler(Upsampler):
     torch.Size([1, 8, 10, 12])
     """
 
-    supported_spatial_dims = (2,)
+    supported_spatial_dims = (2, 3)
     needs_guide = True
 
     def __init__(
@@ -61,25 +62,27 @@ class FadeUpsampler(Upsampler):
         out_channels: int,
         scale: int | Sequence[int],
         guide_channels: int,
-        kernel_size: int = 5,
+        kernel_size: int | None = None,
         embedding_channels: int = 64,
         encoder_kernel_size: int = 3,
         gate: bool = True,
     ) -> None:
         super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
         self.guide_channels = check_positive_int(guide_channels, "guide_channels")
+        kernel_size = default_kernel(kernel_size, self.spatial_dims)
         for name, k in (("kernel_size", kernel_size), ("encoder_kernel_size", encoder_kernel_size)):
             if check_positive_int(k, name) % 2 == 0:
                 raise ConfigError(f"fade {name} must be odd, got {k}")
         self.kernel_size = kernel_size
         mid = check_positive_int(embedding_channels, "embedding_channels")
-        self.compress_guide = nn.Conv2d(self.guide_channels, mid, 1)
-        self.compress_x = nn.Conv2d(self.in_channels, mid, 1, bias=False)
-        self.content = nn.Conv2d(mid, kernel_size**2, encoder_kernel_size, padding=encoder_kernel_size // 2)
-        self.gate = nn.Conv2d(self.in_channels, 1, 1) if gate else None
+        conv = conv_nd(self.spatial_dims)
+        self.compress_guide = conv(self.guide_channels, mid, 1)
+        self.compress_x = conv(self.in_channels, mid, 1, bias=False)
+        self.content = conv(mid, kernel_size**self.spatial_dims, encoder_kernel_size, padding=encoder_kernel_size // 2)
+        self.gate = conv(self.in_channels, 1, 1) if gate else None
         needs_align = gate and self.guide_channels != self.in_channels
-        self.align = nn.Conv2d(self.guide_channels, self.in_channels, 1) if needs_align else None
-        self.proj = nn.Conv2d(self.in_channels, self.out_channels, 1) if self.out_channels != self.in_channels else None
+        self.align = conv(self.guide_channels, self.in_channels, 1) if needs_align else None
+        self.proj = conv(self.in_channels, self.out_channels, 1) if self.out_channels != self.in_channels else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -96,10 +99,10 @@ class FadeUpsampler(Upsampler):
             nn.init.zeros_(self.gate.bias)
 
     def kernels(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
-        """Softmax-normalised kernels ``(B, k², s_h * s_w, H, W)`` by semi-shift convolution."""
+        """Softmax-normalised kernels ``(B, k^n, prod(scale), *S)`` by semi-shift convolution."""
         up = F.interpolate(self.content(self.compress_x(x)), scale_factor=self.scale, mode="nearest")
         logits = self.content(self.compress_guide(guide)) + up
-        return pixel_unshuffle_2d(logits, self.scale).softmax(dim=1)
+        return pixel_unshuffle_nd(logits, self.scale).softmax(dim=1)
 
     def upsample(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
         y = reassemble(x, self.kernels(x, guide), self.kernel_size, self.scale)

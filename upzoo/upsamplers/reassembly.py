@@ -1,31 +1,48 @@
 """Content-aware reassembly, the step CARAFE, FADE and SAPA share: every output point is a weighted
-sum of the ``k x k`` neighbourhood of its source point in the low-resolution input. Computed at the
-input resolution — the ``C x k²`` neighbourhoods are unfolded once per input point, never per
-output point — so memory grows with the input, not with the output."""
+sum of the ``k x k`` (3D: ``k x k x k``) neighbourhood of its source point in the low-resolution
+input. Computed at the input resolution, so memory grows with the input, not with the output. In 2D
+the ``C x k²`` neighbourhoods are unfolded once per input point; in 3D (PyTorch has no 3D unfold,
+and ``k³`` copies of the input would dominate the memory) a loop over the ``k³`` offsets adds each
+shifted view of the zero-padded input, weighted by its kernel entry."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from upzoo.upsamplers.pixel_shuffle import pixel_shuffle_nd
 
-__all__ = ["reassemble", "pixel_unshuffle_2d", "neighbourhoods"]
+__all__ = ["reassemble", "pixel_unshuffle_nd", "neighbourhoods", "shifted_views", "default_kernel"]
 
 
-def pixel_unshuffle_2d(y: torch.Tensor, scale: Sequence[int]) -> torch.Tensor:
-    """``(B, C, H * s_h, W * s_w) -> (B, C, s_h * s_w, H, W)``: each output point's value at its
-    source point, sub-position ``i * s_w + j`` — the inverse of :func:`pixel_shuffle_nd`.
+def default_kernel(kernel_size: int | None, spatial_dims: int) -> int:
+    """A reassembly kernel size, ``None`` meaning the default: 5 in 2D (the papers'), 3 in 3D (27
+    neighbours, about 2D's 25, so about 2D's kernel memory per voxel)."""
+    return (5 if spatial_dims == 2 else 3) if kernel_size is None else kernel_size
 
-    >>> pixel_unshuffle_2d(torch.zeros(2, 3, 8, 12), (2, 3)).shape
+
+def pixel_unshuffle_nd(y: torch.Tensor, scale: Sequence[int]) -> torch.Tensor:
+    """``(B, C, *S * scale) -> (B, C, prod(scale), *S)``: each output point's value at its source
+    point, sub-position row-major over the axes — the inverse of :func:`pixel_shuffle_nd`.
+
+    >>> pixel_unshuffle_nd(torch.zeros(2, 3, 8, 12), (2, 3)).shape
     torch.Size([2, 3, 6, 4, 4])
+    >>> pixel_unshuffle_nd(torch.zeros(1, 1, 3, 8, 8), (1, 2, 2)).shape
+    torch.Size([1, 1, 4, 3, 4, 4])
     """
-    b, c, hs, ws = y.shape
-    sh, sw = scale
-    y = y.reshape(b, c, hs // sh, sh, ws // sw, sw).permute(0, 1, 3, 5, 2, 4)
-    return y.reshape(b, c, sh * sw, hs // sh, ws // sw)
+    b, c, *big = y.shape
+    n = len(scale)
+    small = [s // r for s, r in zip(big, scale)]
+    y = y.reshape(b, c, *(v for s, r in zip(small, scale) for v in (s, r)))
+    # (B, C, S1, r1, ..., Sn, rn) -> (B, C, r1..rn, S1..Sn)
+    y = y.permute(0, 1, *(3 + 2 * a for a in range(n)), *(2 + 2 * a for a in range(n)))
+    product = 1
+    for r in scale:
+        product *= r
+    return y.reshape(b, c, product, *small)
 
 
 def neighbourhoods(x: torch.Tensor, kernel_size: int) -> torch.Tensor:
@@ -34,10 +51,25 @@ def neighbourhoods(x: torch.Tensor, kernel_size: int) -> torch.Tensor:
     return F.unfold(x, kernel_size, padding=kernel_size // 2).reshape(b, c, kernel_size**2, h, w)
 
 
+def shifted_views(x: torch.Tensor, kernel_size: int, axes: Sequence[int]) -> Iterator[torch.Tensor]:
+    """The ``k^n`` neighbours of every point of ``x`` along its ``axes`` (zero-padded), one offset at
+    a time and row-major over the offsets (the order of ``unfold``): views of one padded copy."""
+    r = kernel_size // 2
+    pad = [0] * (2 * x.dim())
+    for axis in axes:
+        pad[2 * (x.dim() - 1 - axis)] = pad[2 * (x.dim() - 1 - axis) + 1] = r
+    padded = F.pad(x, pad)
+    for offset in itertools.product(range(kernel_size), repeat=len(axes)):
+        index = [slice(None)] * x.dim()
+        for axis, o in zip(axes, offset):
+            index[axis] = slice(o, o + x.shape[axis])
+        yield padded[tuple(index)]
+
+
 def reassemble(x: torch.Tensor, kernels: torch.Tensor, kernel_size: int, scale: Sequence[int]) -> torch.Tensor:
-    """Reassemble ``x (B, C, H, W)`` with ``kernels (B, k², r, H, W)`` (one normalised ``k x k``
-    kernel per output sub-position ``r`` of each input point, ``r = s_h * s_w``) into
-    ``(B, C, H * s_h, W * s_w)``.
+    """Reassemble ``x (B, C, *S)`` with ``kernels (B, k^n, r, *S)`` (one normalised kernel over the
+    ``k^n`` neighbourhood per output sub-position ``r`` of each input point, ``r = prod(scale)``) into
+    ``(B, C, *S * scale)``.
 
     >>> x = torch.rand(1, 2, 3, 3)
     >>> centre = torch.zeros(1, 9, 4, 3, 3)
@@ -45,7 +77,13 @@ def reassemble(x: torch.Tensor, kernels: torch.Tensor, kernel_size: int, scale: 
     >>> torch.equal(reassemble(x, centre, 3, (2, 2)), F.interpolate(x, scale_factor=2.0))
     True
     """
-    b, c, h, w = x.shape
+    b, c, *spatial = x.shape
     r = kernels.shape[2]
-    out = torch.einsum("bckhw,bkrhw->bcrhw", neighbourhoods(x, kernel_size), kernels)
-    return pixel_shuffle_nd(out.reshape(b, c * r, h, w), scale)
+    if len(spatial) == 2:
+        out = torch.einsum("bckhw,bkrhw->bcrhw", neighbourhoods(x, kernel_size), kernels)
+    else:  # one shifted view at a time: the k³ neighbourhoods are never materialised together
+        axes = range(2, x.dim())
+        out = sum(
+            view.unsqueeze(2) * kernels[:, i].unsqueeze(1) for i, view in enumerate(shifted_views(x, kernel_size, axes))
+        )
+    return pixel_shuffle_nd(out.reshape(b, c * r, *spatial), scale)

@@ -1,5 +1,5 @@
 """SAPA (Lu et al., NeurIPS 2022, "SAPA: Similarity-Aware Point Affiliation for Feature
-Upsampling"), pure PyTorch, 2D, guided by the encoder feature at the output resolution."""
+Upsampling"), pure PyTorch, 2D and 3D, guided by the encoder feature at the output resolution."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from upzoo.errors import ConfigError
-from upzoo.layers import check_positive_int
+from upzoo.layers import check_positive_int, conv_nd
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
-from upzoo.upsamplers.reassembly import reassemble
+from upzoo.upsamplers.reassembly import default_kernel, pixel_unshuffle_nd, reassemble, shifted_views
 
 __all__ = ["SapaUpsampler"]
 
@@ -23,17 +23,13 @@ Border = Literal["zeros", "masked"]
 
 
 def _source_layout(q: torch.Tensor, scale: Sequence[int]) -> torch.Tensor:
-    """Channels-last ``(B, H*s_h, W*s_w, D) -> (B, H, W, s_h * s_w, D)``: every output point's
-    query at its source point (sub-position ``i * s_w + j``, as :func:`pixel_unshuffle_2d`)."""
-    b, hs, ws, d = q.shape
-    sh, sw = scale
-    q = q.reshape(b, hs // sh, sh, ws // sw, sw, d).permute(0, 1, 3, 2, 4, 5)
-    return q.reshape(b, hs // sh, ws // sw, sh * sw, d)
+    """Channels-last ``(B, *S * scale, D) -> (B, *S, prod(scale), D)``: every output point's query at
+    its source point (sub-positions row-major, as :func:`pixel_unshuffle_nd`)."""
+    return pixel_unshuffle_nd(q.movedim(-1, 1), scale).movedim(1, -1).movedim(1, -2)
 
 
 def _windows(k: torch.Tensor, size: int) -> torch.Tensor:
-    """Channels-last ``(B, H, W, D) -> (B, H, W, D, size²)``, zero-padded neighbourhoods: a strided
-    view of the padded keys, so the similarity's matmul reads them without an unfolded copy."""
+    """Channels-last ``(B, H, W, D) -> (B, H, W, D, size²)``, the zero-padded 2D neighbourhoods."""
     r = size // 2
     b, h, w, d = k.shape
     return F.pad(k, (0, 0, r, r, r, r)).unfold(1, size, 1).unfold(2, size, 1).reshape(b, h, w, d, size * size)
@@ -44,9 +40,9 @@ class SapaUpsampler(Upsampler):
     """SAPA: each output point affiliates with the decoder points of its source neighbourhood it is
     similar to.
 
-    ``x (B, C_in, H, W), guide (B, C_guide, H*s_h, W*s_w) -> (B, C_out, H*s_h, W*s_w)``. Both
+    ``x (B, C_in, *S), guide (B, C_guide, *S * scale) -> (B, C_out, *S * scale)``. Both
     features are layer-normalised per point; the kernel of output point ``p`` over the
-    ``kernel_size x kernel_size`` neighbourhood ``N(p)`` of its source point is
+    ``kernel_size^n`` neighbourhood ``N(p)`` of its source point is
     ``softmax_{q in N(p)} sim(guide_p, x_q)`` and the output is the kernel-weighted sum of ``x`` over
     ``N(p)`` (the decoder feature itself, not normalised). Neighbours outside the image: with
     ``border="zeros"`` (the default, as the authors' kernels and upzoo's CARAFE and FADE) they stay in
@@ -60,11 +56,12 @@ class SapaUpsampler(Upsampler):
 
     The paper's gated variant (SAPA-G) is not included. Everything runs at the input resolution
     (queries rearranged to their source points), and a 1x1 conv projects to ``out_channels`` when it
-    differs. 2D only, as the paper.
+    differs. 3D (anisotropic scales included) is upzoo's extension of the 2D paper: the similarity
+    and the reassembly loop over the neighbourhood's offsets, never unfolding it.
 
     Args:
         guide_channels: channels of the guide (the encoder skip).
-        kernel_size: neighbourhood (odd), 5 in the paper.
+        kernel_size: neighbourhood (odd); default 5 in 2D (the paper), 3 in 3D.
         embedding_channels: width of the query/key projections (``bilinear``), 64 in the paper.
         variant: ``bilinear`` or ``inner``.
         border: ``zeros`` (the authors') or ``masked``, see above.
@@ -74,7 +71,7 @@ class SapaUpsampler(Upsampler):
     torch.Size([1, 8, 10, 12])
     """
 
-    supported_spatial_dims = (2,)
+    supported_spatial_dims = (2, 3)
     needs_guide = True
 
     def __init__(
@@ -85,13 +82,14 @@ class SapaUpsampler(Upsampler):
         out_channels: int,
         scale: int | Sequence[int],
         guide_channels: int,
-        kernel_size: int = 5,
+        kernel_size: int | None = None,
         embedding_channels: int = 64,
         variant: Variant = "bilinear",
         border: Border = "zeros",
     ) -> None:
         super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
         self.guide_channels = check_positive_int(guide_channels, "guide_channels")
+        kernel_size = default_kernel(kernel_size, self.spatial_dims)
         if check_positive_int(kernel_size, "kernel_size") % 2 == 0:
             raise ConfigError(f"sapa kernel_size must be odd, got {kernel_size}")
         if variant not in ("bilinear", "inner"):
@@ -110,24 +108,34 @@ class SapaUpsampler(Upsampler):
         mid = check_positive_int(embedding_channels, "embedding_channels")
         self.query = nn.Linear(self.guide_channels, mid) if learned else None
         self.key = nn.Linear(self.in_channels, mid) if learned else None
-        self.proj = nn.Conv2d(self.in_channels, self.out_channels, 1) if self.out_channels != self.in_channels else None
+        conv = conv_nd(self.spatial_dims)
+        self.proj = conv(self.in_channels, self.out_channels, 1) if self.out_channels != self.in_channels else None
         if learned:
             for projection in (self.query, self.key):
                 nn.init.trunc_normal_(projection.weight, std=0.02)
                 nn.init.zeros_(projection.bias)
 
     def kernels(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
-        """Softmax-normalised affiliation kernels ``(B, k², s_h * s_w, H, W)``. Computed channels-last:
-        the queries at their source points times strided views of the key neighbourhoods."""
+        """Softmax-normalised affiliation kernels ``(B, k^n, prod(scale), *S)``. Computed channels-last:
+        the queries at their source points times the key neighbourhoods (keys zero-padded, so a
+        neighbour outside has similarity 0: border "zeros")."""
         q, k = self.norm_guide(guide.movedim(1, -1)), self.norm_x(x.movedim(1, -1))
         if self.query is not None:
             q, k = self.query(q), self.key(k)
-        # keys are zero-padded, so a neighbour outside the image has similarity 0 (border "zeros")
-        similarity = torch.matmul(_source_layout(q, self.scale), _windows(k, self.kernel_size))  # (B, H, W, r, k²)
+        similarity = self._similarity(_source_layout(q, self.scale), k)  # (B, *S, r, k^n)
         if self.border == "masked":
-            inside = _windows(torch.ones_like(k[:1, :, :, :1]), self.kernel_size) > 0  # (1, H, W, 1, k²)
-            similarity = similarity.masked_fill(~inside, float("-inf"))
-        return similarity.softmax(dim=-1).permute(0, 4, 3, 1, 2)
+            inside = self._similarity(torch.ones_like(k[:1, ..., :1]).unsqueeze(-2), torch.ones_like(k[:1, ..., :1]))
+            similarity = similarity.masked_fill(inside == 0, float("-inf"))
+        n = self.spatial_dims
+        return similarity.softmax(dim=-1).permute(0, n + 2, n + 1, *range(1, n + 1))
+
+    def _similarity(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """``queries (B, *S, r, D)`` against the zero-padded neighbourhoods of ``keys (B, *S, D)``:
+        ``(B, *S, r, k^n)``; in 3D one shifted view of the keys at a time."""
+        if self.spatial_dims == 2:
+            return torch.matmul(queries, _windows(keys, self.kernel_size))
+        views = shifted_views(keys, self.kernel_size, range(1, keys.dim() - 1))
+        return torch.stack([torch.einsum("...rd,...d->...r", queries, view) for view in views], dim=-1)
 
     def upsample(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
         y = reassemble(x, self.kernels(x, guide), self.kernel_size, self.scale)

@@ -1,0 +1,143 @@
+"""3D CARAFE, FADE and SAPA (issue: 3D reassembly): forward+backward time and peak memory of each
+block at 2x16x16x32x32 -> scale (1, 2, 2) (guided blocks: a 16-channel guide at the output size),
+with upzoo's offset loop against the unfold formulation (all k³ neighbourhoods materialised, then
+one einsum / matmul), and the memory per voxel against the same block in 2D at 2x16x32x32 -> x2.
+Timing is interleaved (each round runs every variant once), median and IQR over the rounds; peak
+memory is the largest of three passes (process RSS on the CPU).
+
+    python tools/bench_reassembly_3d.py [--rounds 10] [--shape 2x16x16x32x32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+import upzoo.upsamplers.carafe as carafe_module
+import upzoo.upsamplers.fade as fade_module
+import upzoo.upsamplers.sapa as sapa_module
+from upzoo import create_upsampler
+from upzoo.bench.memory import peak_memory
+from upzoo.upsamplers.pixel_shuffle import pixel_shuffle_nd
+
+
+def _unfolded(t: torch.Tensor, k: int, first_axis: int) -> torch.Tensor:
+    """All k³ zero-padded neighbourhoods of the three axes from ``first_axis``, as a new last axis."""
+    r = k // 2
+    pad = [0] * (2 * t.dim())
+    for axis in range(first_axis, first_axis + 3):
+        pad[2 * (t.dim() - 1 - axis)] = pad[2 * (t.dim() - 1 - axis) + 1] = r
+    u = F.pad(t, pad)
+    for axis in range(first_axis, first_axis + 3):
+        u = u.unfold(axis, k, 1)
+    return u.reshape(*t.shape, k**3)
+
+
+def unfold_reassemble(x, kernels, kernel_size, scale):
+    b, c, *spatial = x.shape
+    if len(spatial) == 2:
+        return _original["reassemble"](x, kernels, kernel_size, scale)
+    out = torch.einsum("bczyxk,bkrzyx->bcrzyx", _unfolded(x, kernel_size, 2), kernels)
+    return pixel_shuffle_nd(out.reshape(b, c * kernels.shape[2], *spatial), scale)
+
+
+def unfold_similarity(self, queries, keys):
+    if self.spatial_dims == 2:
+        return _original["similarity"](self, queries, keys)
+    return torch.matmul(queries, _unfolded(keys, self.kernel_size, 1))  # (B, *S, r, D) @ (B, *S, D, k³)
+
+
+_original = {"reassemble": carafe_module.reassemble, "similarity": sapa_module.SapaUpsampler._similarity}
+
+
+@contextmanager
+def unfold_formulation():
+    modules = (carafe_module, fade_module, sapa_module)
+    for module in modules:
+        module.reassemble = unfold_reassemble
+    sapa_module.SapaUpsampler._similarity = unfold_similarity
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.reassemble = _original["reassemble"]
+        sapa_module.SapaUpsampler._similarity = _original["similarity"]
+
+
+def _step(name: str, shape: tuple[int, ...], scale: tuple[int, ...], unfold: bool, **options):
+    b, c, *spatial = shape
+    guided = name != "carafe"
+    extra = {"guide_channels": c} if guided else {}
+    torch.manual_seed(0)
+    block = create_upsampler(name, spatial_dims=len(spatial), in_channels=c, out_channels=c, scale=scale, **extra,
+                             **options)  # fmt: skip
+    x = torch.randn(*shape, requires_grad=True)
+    guide = torch.randn(b, c, *(n * s for n, s in zip(spatial, scale)))
+
+    def run() -> None:
+        with unfold_formulation() if unfold else _nothing():
+            y = block(x, guide) if guided else block(x)
+            y.backward(torch.ones_like(y))
+        block.zero_grad(set_to_none=True)
+        x.grad = None
+
+    return run
+
+
+@contextmanager
+def _nothing():
+    yield
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--shape", default="2x16x16x32x32")
+    args = parser.parse_args()
+    shape = tuple(int(v) for v in args.shape.split("x"))
+    shape_2d = (shape[0], shape[1], *shape[3:])
+    steps = {}
+    for name in ("carafe", "fade", "sapa"):
+        steps[f"{name} 3D loop"] = _step(name, shape, (1, 2, 2), unfold=False)
+        steps[f"{name} 3D unfold"] = _step(name, shape, (1, 2, 2), unfold=True)
+        steps[f"{name} 3D loop k5"] = _step(name, shape, (1, 2, 2), unfold=False, **{_k(name): 5})
+        steps[f"{name} 2D"] = _step(name, shape_2d, (2, 2), unfold=False)
+    for run in steps.values():
+        run()
+    times: dict[str, list[float]] = {k: [] for k in steps}
+    for _ in range(args.rounds):
+        for key, run in steps.items():
+            start = time.perf_counter()
+            run()
+            times[key].append(time.perf_counter() - start)
+    memory = {k: max(peak_memory(run).mib for _ in range(3)) for k, run in steps.items()}
+    voxels_3d, voxels_2d = shape[0] * shape[2] * shape[3] * shape[4], shape[0] * shape[3] * shape[4]
+    shape_text = "x".join(map(str, shape_2d))
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; 3D {args.shape} -> (1, 2, 2), "
+        f"2D {shape_text} -> x2; forward+backward, median (IQR) of {args.rounds} rounds\n"
+    )
+    print("| block | fwd+bwd ms | vs unfold | peak MiB | KiB per input voxel | vs 2D per voxel |")
+    print("|---|---|---|---|---|---|")
+    for key, values in times.items():
+        name = key.split()[0]
+        q1, _, q3 = statistics.quantiles(values, n=4)
+        med = statistics.median(values)
+        versus = med / statistics.median(times[f"{name} 3D unfold"])
+        per_voxel = memory[key] * 1024 / (voxels_2d if key.endswith("2D") else voxels_3d)
+        per_voxel_2d = memory[f"{name} 2D"] * 1024 / voxels_2d
+        print(f"| {key} | {med * 1e3:.0f} ({q1 * 1e3:.0f}-{q3 * 1e3:.0f}) | {versus:.2f}x | {memory[key]:.0f} | "
+              f"{per_voxel:.2f} | {per_voxel / per_voxel_2d:.2f}x |")  # fmt: skip
+
+
+def _k(name: str) -> str:
+    return "kernel_up" if name == "carafe" else "kernel_size"
+
+
+if __name__ == "__main__":
+    main()
