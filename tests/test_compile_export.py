@@ -240,8 +240,9 @@ def test_model_compiles_fullgraph_forward_and_backward_equal_eager(key):
         weights = torch.randn_like(expected)
         (expected * weights).sum().backward()
         (got * weights).sum().backward()
-    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-3, msg=name)
+    for (name, p), q in zip(eager.named_parameters(), model.parameters()):  # float32 sums in another order:
+        scale = p.grad.abs().max().item()  # errors scale with the gradient (a resnet's reach 100s)
+        torch.testing.assert_close(q.grad, p.grad, atol=max(1e-4, 1e-5 * scale), rtol=1e-3, msg=name)
 
 
 @pytest.mark.slow

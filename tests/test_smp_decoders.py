@@ -4,9 +4,13 @@ input policy, the size rule, recipes and the errors."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 import segmentation_models_pytorch as smp
 import torch
+from PIL import Image
 
 from upzoo import ConfigError
 from upzoo.errors import RegistryError, ShapeError
@@ -172,3 +176,46 @@ def test_a_training_batch_of_one_is_refused_where_batchnorm_follows_global_pooli
     with pytest.raises(ShapeError, match=r"training needs batches of 2 or more, got 1; set data.batch_size >= 2"):
         model(torch.randn(1, 3, 64, 64))
     assert model.eval()(torch.randn(1, 3, 64, 64)).shape == (1, 2, 64, 64)
+
+
+def test_a_trained_decoder_run_predicts_and_exports_verified(tmp_path):
+    """Train (one step), predict, and export to ONNX: the deployment with onnxruntime alone gives
+    upzoo's predictions on a held-out scene of another size than the training crops."""
+    ort = pytest.importorskip("onnxruntime")
+    from conftest import small_recipe
+    from upzoo.inference import Predictor, load_model
+    from upzoo.inference.export import export_model
+    from upzoo.recipe import parse_recipe
+    from upzoo.train.engine import train
+
+    recipe = small_recipe(tmp_path / "cache")
+    recipe["model"] = {"architecture": "smp_segformer", "encoder_name": "mit_b0", "classes": 19,
+                       "decoder_segmentation_channels": 32, "upsampler": "dysample"}  # fmt: skip
+    train(parse_recipe(recipe), tmp_path / "run", progress=False)
+    loaded = load_model(tmp_path / "run")
+    report = export_model(loaded, "onnx", tmp_path / "model.onnx")
+    assert all(check["ok"] for check in report["checks"])
+    image = sorted((tmp_path / "cache").rglob("leftImg8bit/val/**/*.png"))[0]
+    expected = Predictor(loaded, window="off").predict(str(image)).labels
+    session = ort.InferenceSession(report["path"], providers=["CPUExecutionProvider"])
+    meta = session.get_modelmeta().custom_metadata_map
+    mean, std = (
+        np.array(json.loads(meta["input.mean"]), np.float32),
+        np.array(json.loads(meta["input.std"]), np.float32),
+    )
+    pixels = (np.asarray(Image.open(image).convert("RGB"), dtype=np.float32) / 255.0 - mean) / std
+    logits = session.run(None, {"input": pixels.transpose(2, 0, 1)[None].astype(np.float32)})[0]
+    assert expected.shape == (32, 64) and (logits[0].argmax(axis=0) == expected).mean() >= 0.999
+
+
+@pytest.mark.parametrize("size, spatial", [(6, (3, 2)), (3, (13, 4))])
+def test_upernets_pyramid_pooling_traced_pools_right_at_every_size(size, spatial):
+    """Exporters specialise adaptive pooling windows to the example's size; traced, upzoo's PPM pools
+    with bin matrices built from the size instead, equal to PyTorch's pooling."""
+    from upzoo.models.smp_decoders import AdaptiveAvgPool2d
+
+    torch._dynamo.reset()
+    pooled = torch.compile(AdaptiveAvgPool2d(size), fullgraph=True, backend="aot_eager", dynamic=True)
+    for shape in [spatial, (spatial[0] + 3, spatial[1] + 5)]:
+        x = torch.randn(2, 3, *shape, dtype=torch.float64)
+        torch.testing.assert_close(pooled(x), torch.nn.functional.adaptive_avg_pool2d(x, size), rtol=0, atol=1e-12)

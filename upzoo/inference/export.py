@@ -41,15 +41,16 @@ def _quiet(fn, *args, **kwargs):
 
 def check_sizes(loaded: LoadedModel) -> list[tuple[int, ...]]:
     """Three input shapes ``(B, C, *S)`` (or ``(B, latent)`` for a generator): a size on the
-    model's grid, one off it on every axis, and a larger odd one; batch 2, 1 and 3."""
+    model's grid (at least twice its size step, so that no deepest feature has size 1), one off it
+    on every axis, and a larger odd one; batch 2, 1 and 3."""
     options = loaded.spec.options
     if loaded.task == "gan":
         return [(2, options["latent_dim"]), (1, options["latent_dim"]), (3, options["latent_dim"])]
     dims = options.get("spatial_dims", 2)
     base = tuple(loaded.recipe.data.crop_size or ((32,) * dims if dims == 3 else (64, 64)))
     rules = getattr(loaded.model, "size_rules", None)
-    if rules is not None:
-        base = tuple(rule.above(s) for s, rule in zip(base, rules))
+    if rules is not None:  # on the grid, and no deepest feature of size 1 (a tracer specialises those)
+        base = tuple(max(rule.above(s), rule.above(2 * rule.multiple)) for s, rule in zip(base, rules))
     channels = options.get("in_channels", 3)
     off = tuple(s + 1 for s in base)
     larger = tuple(s + s // 2 + 3 for s in base)

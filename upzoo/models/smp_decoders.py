@@ -115,9 +115,37 @@ class FPNDecoder(PointDecoder):
         return self.dropout(self.merge(levels))
 
 
+def _bins(n, size: int, like: torch.Tensor) -> torch.Tensor:
+    """``(size, n)``: row ``i`` averages ``floor(i n / size) <= j < ceil((i + 1) n / size)``, the bins
+    of adaptive average pooling, from the (possibly symbolic) size ``n``."""
+    i = torch.arange(size, device=like.device)
+    start, end = (i * n) // size, ((i + 1) * n + size - 1) // size
+    j = torch.arange(n, device=like.device)
+    inside = (j >= start[:, None]) & (j < end[:, None])
+    return inside.to(like.dtype) / (end - start)[:, None].to(like.dtype)
+
+
+class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
+    """``nn.AdaptiveAvgPool2d`` that a tracer (``torch.compile``, ``torch.export``, ONNX) records as
+    two bin-averaging matmuls built from the input size, so the graph pools right at every size;
+    PyTorch's exporters specialise the pooling windows to the example's size. Eager: PyTorch's own."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling():
+            return super().forward(x)
+        size_h, size_w = (self.output_size,) * 2 if isinstance(self.output_size, int) else self.output_size
+        rows, cols = _bins(x.shape[-2], size_h, x), _bins(x.shape[-1], size_w, x)
+        return torch.matmul(torch.matmul(rows, x), cols.transpose(0, 1))
+
+
 class UPerNetDecoder(PointDecoder):
     """smp's ``UPerNetDecoder`` with blocks in the FPN's top-down merges and the fusion's resizes (the
     PPM's resizes of its pooled maps stay smp's)."""
+
+    def __init__(self, decoder: nn.Module, blocks: dict[str, nn.ModuleList]) -> None:
+        super().__init__(decoder, blocks)
+        for branch in self.psp.blocks:  # the pyramid pooling's windows, right at every size when traced
+            branch[0] = AdaptiveAvgPool2d(branch[0].output_size)
 
     def forward(self, features: list[torch.Tensor]) -> torch.Tensor:
         self.check_pooled_batch(features)
