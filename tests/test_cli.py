@@ -52,7 +52,7 @@ def test_every_command_has_help(command):
 
 def test_list_table_and_json():
     code, out, err = run("list")
-    assert code == 0 and "| pixel_shuffle | upsampler | 2D/3D |" in out and "| carafe | upsampler | 2D |" in out
+    assert code == 0 and "| pixel_shuffle | upsampler | 2D/3D |" in out and "| carafe | upsampler | 2D/3D |" in out
     from upzoo.filters.masked_blur import FUSED_CPU_KERNEL
 
     assert ("masked_blur on the CPU: fused C kernel" in err) == FUSED_CPU_KERNEL

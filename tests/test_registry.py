@@ -32,9 +32,9 @@ def test_built_ins_are_listed_with_wildcards_and_kinds():
     assert list_upsamplers(kind="post_filter") == ["masked_blur"]
     assert "masked_blur" not in list_upsamplers(kind="upsampler")
     info = upsampler_info("carafe")
-    assert info.spatial_dims == (2,) and info.kind == "upsampler"
+    assert info.spatial_dims == (2, 3) and info.kind == "upsampler"
     assert info.description.startswith("CARAFE")
-    assert info.options["kernel_up"] == 5
+    assert info.options["kernel_up"] is None  # the default: 5 in 2D, 3 in 3D
 
 
 def test_unknown_name_lists_the_options_and_the_closest_match():

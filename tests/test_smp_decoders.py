@@ -40,7 +40,7 @@ def _pair(key, mode):
 
 
 @pytest.mark.parametrize("key", DECODERS)
-@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("mode", [pytest.param("eval", marks=pytest.mark.slow), "train"])
 def test_with_smps_resize_it_is_smps_model(key, mode):
     ours, reference = _pair(key, mode)
     assert ours.load_state_dict(reference.state_dict(), strict=True)  # smp's keys, nothing more
@@ -81,8 +81,8 @@ def test_every_block_at_every_point_runs_at_any_size_and_learns(key, block):
         ("fpn", {"top_down": [2] * 3, "branch": [2] * 6}),
         ("upernet", {"fpn": [2] * 3, "fuse": [8, 4, 2]}),
         ("segformer", {"stages": [8, 4, 2]}),
-        ("segformer-cnn", {"stages": [8, 4, 2]}),  # the 1/2 stage is resized down, not a point
-        ("deeplabv3plus", {"aspp": [4]}),
+        pytest.param("segformer-cnn", {"stages": [8, 4, 2]}, marks=pytest.mark.slow),  # 1/2 is resized down
+        pytest.param("deeplabv3plus", {"aspp": [4]}, marks=pytest.mark.slow),
     ],
 )
 def test_guided_blocks_get_the_encoder_feature_at_their_output_resolution(key, counts):
@@ -178,6 +178,7 @@ def test_a_training_batch_of_one_is_refused_where_batchnorm_follows_global_pooli
     assert model.eval()(torch.randn(1, 3, 64, 64)).shape == (1, 2, 64, 64)
 
 
+@pytest.mark.slow  # a training, an ONNX export checked at three sizes
 def test_a_trained_decoder_run_predicts_and_exports_verified(tmp_path):
     """Train (one step), predict, and export to ONNX: the deployment with onnxruntime alone gives
     upzoo's predictions on a held-out scene of another size than the training crops."""

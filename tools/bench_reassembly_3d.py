@@ -5,7 +5,7 @@ one einsum / matmul), and the memory per voxel against the same block in 2D at 2
 Timing is interleaved (each round runs every variant once), median and IQR over the rounds; peak
 memory is the largest of three passes (process RSS on the CPU).
 
-    python tools/bench_reassembly_3d.py [--rounds 10] [--shape 2x16x16x32x32]
+    python tools/bench_reassembly_3d.py [--rounds 10] [--shape 2x16x16x32x32] [--k5]
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--shape", default="2x16x16x32x32")
+    parser.add_argument("--k5", action="store_true", help="also the 3D blocks with the 2D kernel size, 5 (slow)")
     args = parser.parse_args()
     shape = tuple(int(v) for v in args.shape.split("x"))
     shape_2d = (shape[0], shape[1], *shape[3:])
@@ -105,7 +106,8 @@ def main() -> None:
     for name in ("carafe", "fade", "sapa"):
         steps[f"{name} 3D loop"] = _step(name, shape, (1, 2, 2), unfold=False)
         steps[f"{name} 3D unfold"] = _step(name, shape, (1, 2, 2), unfold=True)
-        steps[f"{name} 3D loop k5"] = _step(name, shape, (1, 2, 2), unfold=False, **{_k(name): 5})
+        if args.k5:
+            steps[f"{name} 3D loop k5"] = _step(name, shape, (1, 2, 2), unfold=False, **{_k(name): 5})
         steps[f"{name} 2D"] = _step(name, shape_2d, (2, 2), unfold=False)
     for run in steps.values():
         run()
