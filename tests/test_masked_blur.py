@@ -265,7 +265,8 @@ def test_fused_kernel_equals_the_pytorch_formulation(
 
 
 @pytest.mark.parametrize(
-    "kernel_size, stride, border", [((5, 3, 3), (2, 1, 3), "valid"), ((3, 5, 1), (1, 2, 1), "replicate")]
+    "kernel_size, stride, border",
+    [((5, 3, 3), (2, 1, 3), "valid"), pytest.param((3, 5, 1), (1, 2, 1), "replicate", marks=pytest.mark.slow)],
 )
 def test_fused_kernel_anisotropic_3d(kernel_size, stride, border, counting_kernel, monkeypatch):
     x = torch.randn(2, 2, 9, 10, 11, dtype=torch.float64, requires_grad=True)
