@@ -68,7 +68,9 @@ def main() -> None:
             start = time.perf_counter()
             run()
             times[key].append(time.perf_counter() - start)
-    print(f"forward+backward, train mode, input {args.shape}, {args.threads} threads, {args.rounds} interleaved rounds\n")
+    print(
+        f"forward+backward, train mode, input {args.shape}, {args.threads} threads, {args.rounds} interleaved rounds\n"
+    )
     print("| decoder | smp (ms, median [IQR]) | upzoo, smp's resize | ratio | upzoo, DySample | ratio |")
     print("|---|---|---|---|---|---|")
     for label, *_ in DECODERS:
