@@ -10,12 +10,11 @@ and the ratio of the medians. Also each decoder with DySample at every point but
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import segmentation_models_pytorch as smp
 import torch
 
+from upzoo.bench.speed import compare_calls
 from upzoo.models import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
 
 DECODERS = [
@@ -37,11 +36,6 @@ def _step(model: torch.nn.Module, x: torch.Tensor):
     return run
 
 
-def _quartiles(samples: list[float]) -> tuple[float, float, float]:
-    q1, median, q3 = statistics.quantiles(samples, n=4)
-    return q1, median, q3
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=15)
@@ -60,14 +54,7 @@ def main() -> None:
         steps[f"{label} smp"] = _step(reference, x)
         steps[f"{label} upzoo"] = _step(ours, x)
         steps[f"{label} upzoo dysample"] = _step(ours_builder(encoder, upsampler="dysample", classes=19), x)
-    for run in steps.values():  # warm-up
-        run()
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for _ in range(args.rounds):
-        for key, run in steps.items():
-            start = time.perf_counter()
-            run()
-            times[key].append(time.perf_counter() - start)
+    timings = compare_calls(steps, warmup=1, runs=args.rounds)  # interleaved: noise hits all alike
     print(
         f"forward+backward, train mode, input {args.shape}, {args.threads} threads, {args.rounds} interleaved rounds\n"
     )
@@ -76,7 +63,8 @@ def main() -> None:
     for label, *_ in DECODERS:
         cells, base = [], None
         for key in (f"{label} smp", f"{label} upzoo", f"{label} upzoo dysample"):
-            q1, median, q3 = (1000 * v for v in _quartiles(times[key]))
+            t = timings[key]
+            q1, median, q3 = 1000 * t.q1, 1000 * t.median, 1000 * t.q3
             base = base or median
             cells.append(f"{median:.1f} [{q1:.1f}-{q3:.1f}]")
             if key != f"{label} smp":

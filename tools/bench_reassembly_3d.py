@@ -11,8 +11,6 @@ memory is the largest of three passes (process RSS on the CPU).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from contextlib import contextmanager
 
 import torch
@@ -23,6 +21,7 @@ import upzoo.upsamplers.fade as fade_module
 import upzoo.upsamplers.sapa as sapa_module
 from upzoo import create_upsampler
 from upzoo.bench.memory import peak_memory
+from upzoo.bench.speed import compare_calls
 from upzoo.upsamplers.pixel_shuffle import pixel_shuffle_nd
 
 
@@ -109,14 +108,7 @@ def main() -> None:
         if args.k5:
             steps[f"{name} 3D loop k5"] = _step(name, shape, (1, 2, 2), unfold=False, **{_k(name): 5})
         steps[f"{name} 2D"] = _step(name, shape_2d, (2, 2), unfold=False)
-    for run in steps.values():
-        run()
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for _ in range(args.rounds):
-        for key, run in steps.items():
-            start = time.perf_counter()
-            run()
-            times[key].append(time.perf_counter() - start)
+    timings = compare_calls(steps, warmup=1, runs=args.rounds)  # interleaved: noise hits all alike
     memory = {k: max(peak_memory(run).mib for _ in range(3)) for k, run in steps.items()}
     voxels_3d, voxels_2d = shape[0] * shape[2] * shape[3] * shape[4], shape[0] * shape[3] * shape[4]
     shape_text = "x".join(map(str, shape_2d))
@@ -126,11 +118,10 @@ def main() -> None:
     )
     print("| block | fwd+bwd ms | vs unfold | peak MiB | KiB per input voxel | vs 2D per voxel |")
     print("|---|---|---|---|---|---|")
-    for key, values in times.items():
+    for key, t in timings.items():
         name = key.split()[0]
-        q1, _, q3 = statistics.quantiles(values, n=4)
-        med = statistics.median(values)
-        versus = med / statistics.median(times[f"{name} 3D unfold"])
+        q1, med, q3 = t.q1, t.median, t.q3
+        versus = med / timings[f"{name} 3D unfold"].median
         per_voxel = memory[key] * 1024 / (voxels_2d if key.endswith("2D") else voxels_3d)
         per_voxel_2d = memory[f"{name} 2D"] * 1024 / voxels_2d
         print(f"| {key} | {med * 1e3:.0f} ({q1 * 1e3:.0f}-{q3 * 1e3:.0f}) | {versus:.2f}x | {memory[key]:.0f} | "
