@@ -163,6 +163,14 @@ def test_recipes_build_every_decoder_and_upzoo_list_names_their_points():
             {"architecture": architecture, "encoder_name": "resnet18", "classes": 4, "upsampler": "dysample"}
         )
         assert build_model(spec)(torch.randn(2, 3, 32, 32)).shape == (2, 4, 32, 32)
+    from upzoo.models.smp_decoders import decoder_point_rows
+
+    rows = decoder_point_rows()  # what `upzoo list --decoders` prints
+    assert [(r["decoder"], r["point"]) for r in rows][:3] == [
+        ("smp_fpn", "top_down"), ("smp_fpn", "branch"), ("smp_fpn", "head")
+    ]  # fmt: skip
+    heads = [r for r in rows if r["point"] == "head"]
+    assert len(heads) == 4 and all("fade" not in r["accepts"] and "dysample" in r["accepts"] for r in heads)
     spec = {"architecture": "smp_fpn", "encoder_name": "resnet18", "upsampler_option": {}}
     with pytest.raises(ConfigError, match=r"smp_fpn: unknown option 'upsampler_option' \(smp's FPN would ignore it"):
         build_model(spec)
