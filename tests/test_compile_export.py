@@ -247,6 +247,9 @@ def test_model_compiles_fullgraph_forward_and_backward_equal_eager(key):
         (expected * weights).sum().backward()
         (got * weights).sum().backward()
     for (name, p), q in zip(eager.named_parameters(), model.parameters()):  # float32 sums in another order:
+        if p.grad is None:  # a stage the model never calls (smp's encoder_depth=3 leaves resnet's layer4 unused)
+            assert q.grad is None, name
+            continue
         scale = p.grad.abs().max().item()  # errors scale with the gradient (a resnet's reach 100s)
         torch.testing.assert_close(q.grad, p.grad, atol=max(1e-4, 1e-5 * scale), rtol=1e-3, msg=name)
 
