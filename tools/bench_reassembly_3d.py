@@ -1,9 +1,11 @@
 """3D CARAFE, FADE and SAPA (issue: 3D reassembly): forward+backward time and peak memory of each
-block at 2x16x16x32x32 -> scale (1, 2, 2) (guided blocks: a 16-channel guide at the output size),
-with upzoo's offset loop against the unfold formulation (all k³ neighbourhoods materialised, then
-one einsum / matmul), and the memory per voxel against the same block in 2D at 2x16x32x32 -> x2.
-Timing is interleaved (each round runs every variant once), median and IQR over the rounds; peak
-memory is the largest of three passes (process RSS on the CPU).
+block at 2x16x16x32x32 -> scale (1, 2, 2) (guided blocks: a 16-channel guide at the output size)
+in both of upzoo's formulations — the k³ neighbourhoods materialised, then one einsum / matmul, and
+the loop over the k³ offsets — and the memory per voxel against the same block in 2D at
+2x16x32x32 -> x2. upzoo picks the formulation by the neighbourhood's size
+(``upzoo.upsamplers.reassembly.UNFOLD_UP_TO``); the tool forces each. Timing is interleaved (each
+round runs every variant once), median and IQR over the rounds; peak memory is the largest of three
+passes (process RSS on the CPU).
 
     python tools/bench_reassembly_3d.py [--rounds 10] [--shape 2x16x16x32x32] [--k5]
 """
@@ -14,61 +16,26 @@ import argparse
 from contextlib import contextmanager
 
 import torch
-import torch.nn.functional as F
 
-import upzoo.upsamplers.carafe as carafe_module
-import upzoo.upsamplers.fade as fade_module
-import upzoo.upsamplers.sapa as sapa_module
 from upzoo import create_upsampler
 from upzoo.bench.memory import peak_memory
 from upzoo.bench.speed import compare_calls
-from upzoo.upsamplers.pixel_shuffle import pixel_shuffle_nd
+from upzoo.upsamplers import reassembly
 
-
-def _unfolded(t: torch.Tensor, k: int, first_axis: int) -> torch.Tensor:
-    """All k³ zero-padded neighbourhoods of the three axes from ``first_axis``, as a new last axis."""
-    r = k // 2
-    pad = [0] * (2 * t.dim())
-    for axis in range(first_axis, first_axis + 3):
-        pad[2 * (t.dim() - 1 - axis)] = pad[2 * (t.dim() - 1 - axis) + 1] = r
-    u = F.pad(t, pad)
-    for axis in range(first_axis, first_axis + 3):
-        u = u.unfold(axis, k, 1)
-    return u.reshape(*t.shape, k**3)
-
-
-def unfold_reassemble(x, kernels, kernel_size, scale):
-    b, c, *spatial = x.shape
-    if len(spatial) == 2:
-        return _original["reassemble"](x, kernels, kernel_size, scale)
-    out = torch.einsum("bczyxk,bkrzyx->bcrzyx", _unfolded(x, kernel_size, 2), kernels)
-    return pixel_shuffle_nd(out.reshape(b, c * kernels.shape[2], *spatial), scale)
-
-
-def unfold_similarity(self, queries, keys):
-    if self.spatial_dims == 2:
-        return _original["similarity"](self, queries, keys)
-    return torch.matmul(queries, _unfolded(keys, self.kernel_size, 1))  # (B, *S, r, D) @ (B, *S, D, k³)
-
-
-_original = {"reassemble": carafe_module.reassemble, "similarity": sapa_module.SapaUpsampler._similarity}
+LIMITS = {"loop": 0, "materialised": 10**9}  # UNFOLD_UP_TO that forces each formulation
 
 
 @contextmanager
-def unfold_formulation():
-    modules = (carafe_module, fade_module, sapa_module)
-    for module in modules:
-        module.reassemble = unfold_reassemble
-    sapa_module.SapaUpsampler._similarity = unfold_similarity
+def formulation(name: str):
+    default = reassembly.UNFOLD_UP_TO
+    reassembly.UNFOLD_UP_TO = LIMITS.get(name, default)
     try:
         yield
     finally:
-        for module in modules:
-            module.reassemble = _original["reassemble"]
-        sapa_module.SapaUpsampler._similarity = _original["similarity"]
+        reassembly.UNFOLD_UP_TO = default
 
 
-def _step(name: str, shape: tuple[int, ...], scale: tuple[int, ...], unfold: bool, **options):
+def _step(name: str, shape: tuple[int, ...], scale: tuple[int, ...], way: str, **options):
     b, c, *spatial = shape
     guided = name != "carafe"
     extra = {"guide_channels": c} if guided else {}
@@ -79,18 +46,13 @@ def _step(name: str, shape: tuple[int, ...], scale: tuple[int, ...], unfold: boo
     guide = torch.randn(b, c, *(n * s for n, s in zip(spatial, scale)))
 
     def run() -> None:
-        with unfold_formulation() if unfold else _nothing():
+        with formulation(way):
             y = block(x, guide) if guided else block(x)
             y.backward(torch.ones_like(y))
         block.zero_grad(set_to_none=True)
         x.grad = None
 
     return run
-
-
-@contextmanager
-def _nothing():
-    yield
 
 
 def main() -> None:
@@ -103,11 +65,10 @@ def main() -> None:
     shape_2d = (shape[0], shape[1], *shape[3:])
     steps = {}
     for name in ("carafe", "fade", "sapa"):
-        steps[f"{name} 3D loop"] = _step(name, shape, (1, 2, 2), unfold=False)
-        steps[f"{name} 3D unfold"] = _step(name, shape, (1, 2, 2), unfold=True)
-        if args.k5:
-            steps[f"{name} 3D loop k5"] = _step(name, shape, (1, 2, 2), unfold=False, **{_k(name): 5})
-        steps[f"{name} 2D"] = _step(name, shape_2d, (2, 2), unfold=False)
+        for k in (3, 5) if args.k5 else (3,):
+            for way in LIMITS:
+                steps[f"{name} 3D k{k} {way}"] = _step(name, shape, (1, 2, 2), way, **{_k(name): k})
+        steps[f"{name} 2D"] = _step(name, shape_2d, (2, 2), "default")
     timings = compare_calls(steps, warmup=1, runs=args.rounds)  # interleaved: noise hits all alike
     memory = {k: max(peak_memory(run).mib for _ in range(3)) for k, run in steps.items()}
     voxels_3d, voxels_2d = shape[0] * shape[2] * shape[3] * shape[4], shape[0] * shape[3] * shape[4]
@@ -116,12 +77,13 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; 3D {args.shape} -> (1, 2, 2), "
         f"2D {shape_text} -> x2; forward+backward, median (IQR) of {args.rounds} rounds\n"
     )
-    print("| block | fwd+bwd ms | vs unfold | peak MiB | KiB per input voxel | vs 2D per voxel |")
+    print("| block | fwd+bwd ms | vs materialised | peak MiB | KiB per input voxel | vs 2D per voxel |")
     print("|---|---|---|---|---|---|")
     for key, t in timings.items():
         name = key.split()[0]
         q1, med, q3 = t.q1, t.median, t.q3
-        versus = med / timings[f"{name} 3D unfold"].median
+        same_k = key.rsplit(" ", 1)[0] + " materialised" if "3D" in key else key
+        versus = med / timings[same_k].median
         per_voxel = memory[key] * 1024 / (voxels_2d if key.endswith("2D") else voxels_3d)
         per_voxel_2d = memory[f"{name} 2D"] * 1024 / voxels_2d
         print(f"| {key} | {med * 1e3:.0f} ({q1 * 1e3:.0f}-{q3 * 1e3:.0f}) | {versus:.2f}x | {memory[key]:.0f} | "

@@ -200,6 +200,7 @@ def predict_files(predictor: Predictor, inputs: Sequence[str | Path], options: P
     start = time.perf_counter()
     volumes = predictor.loaded.volumes
     named = named_inputs(inputs, volumes=volumes, exclude=options.out)
+    _planned_outputs(named, options, volumes)  # refused before the lock creates --out; again under it
     lock = FolderLock(
         options.out,
         f"another upzoo predict is writing into {options.out}; wait for it to finish or choose another --out",

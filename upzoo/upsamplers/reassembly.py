@@ -1,10 +1,12 @@
 """Content-aware reassembly, the step CARAFE, FADE and SAPA share: every output point is a weighted
 sum of the ``k x k`` (3D: ``k x k x k``) neighbourhood of its source point in the low-resolution
-input. Computed at the input resolution, so memory grows with the input, not with the output. In 2D
-the ``C x k²`` neighbourhoods are unfolded once per input point; in 3D (PyTorch has no 3D unfold)
-a loop over the ``k³`` offsets adds each shifted view of the zero-padded input, weighted by its
-kernel entry, so the ``k³`` neighbourhoods are never held at once (measured at k = 3 the unfold is
-still faster: docs/benchmarks.md)."""
+input. Computed at the input resolution, so memory grows with the input, not with the output.
+
+Two formulations, chosen by the neighbourhood's size (:func:`materialises`): small neighbourhoods
+(all of 2D's, 3D's ``3 x 3 x 3``) are materialised once per input point, then one einsum; larger 3D
+ones (``k³`` from 125) take a loop over the offsets that adds each shifted view of the zero-padded
+input weighted by its kernel entry, so the ``k³`` copies of the input are never held at once.
+docs/benchmarks.md has the measurements behind the threshold."""
 
 from __future__ import annotations
 
@@ -16,7 +18,28 @@ import torch.nn.functional as F
 
 from upzoo.upsamplers.pixel_shuffle import pixel_shuffle_nd
 
-__all__ = ["reassemble", "pixel_unshuffle_nd", "neighbourhoods", "shifted_views", "default_kernel"]
+__all__ = [
+    "reassemble",
+    "pixel_unshuffle_nd",
+    "neighbourhoods",
+    "windows",
+    "shifted_views",
+    "default_kernel",
+    "materialises",
+]
+
+UNFOLD_UP_TO = 27
+"""Neighbourhoods of up to this many points are materialised; larger ones are looped over."""
+
+
+def materialises(kernel_size: int, spatial_dims: int) -> bool:
+    """Whether the ``k^n`` neighbourhoods are materialised at once (2D; 3D up to :data:`UNFOLD_UP_TO`
+    points) rather than visited one offset at a time by :func:`shifted_views`.
+
+    >>> materialises(5, 2), materialises(3, 3), materialises(5, 3)
+    (True, True, False)
+    """
+    return spatial_dims == 2 or kernel_size**spatial_dims <= UNFOLD_UP_TO
 
 
 def default_kernel(kernel_size: int | None, spatial_dims: int) -> int:
@@ -52,6 +75,25 @@ def neighbourhoods(x: torch.Tensor, kernel_size: int) -> torch.Tensor:
     return F.unfold(x, kernel_size, padding=kernel_size // 2).reshape(b, c, kernel_size**2, h, w)
 
 
+def windows(t: torch.Tensor, kernel_size: int, axes: Sequence[int]) -> torch.Tensor:
+    """``t`` with the zero-padded ``k^n`` neighbourhood of every point along its ``axes`` as a new
+    last axis, row-major over the offsets: ``(*t.shape, k^n)``.
+
+    >>> windows(torch.arange(3.0).reshape(1, 3), 3, [1])
+    tensor([[[0., 0., 1.],
+             [0., 1., 2.],
+             [1., 2., 0.]]])
+    """
+    r = kernel_size // 2
+    pad = [0] * (2 * t.dim())
+    for axis in axes:
+        pad[2 * (t.dim() - 1 - axis)] = pad[2 * (t.dim() - 1 - axis) + 1] = r
+    u = F.pad(t, pad)
+    for axis in axes:
+        u = u.unfold(axis, kernel_size, 1)
+    return u.reshape(*t.shape, kernel_size ** len(axes))
+
+
 def shifted_views(x: torch.Tensor, kernel_size: int, axes: Sequence[int]) -> Iterator[torch.Tensor]:
     """The ``k^n`` neighbours of every point of ``x`` along its ``axes`` (zero-padded), one offset at
     a time and row-major over the offsets (the order of ``unfold``): views of one padded copy."""
@@ -82,6 +124,8 @@ def reassemble(x: torch.Tensor, kernels: torch.Tensor, kernel_size: int, scale: 
     r = kernels.shape[2]
     if len(spatial) == 2:
         out = torch.einsum("bckhw,bkrhw->bcrhw", neighbourhoods(x, kernel_size), kernels)
+    elif materialises(kernel_size, len(spatial)):
+        out = torch.einsum("bczyxk,bkrzyx->bcrzyx", windows(x, kernel_size, range(2, x.dim())), kernels)
     else:  # one shifted view at a time: the k³ neighbourhoods are never materialised together
         axes = range(2, x.dim())
         out = sum(

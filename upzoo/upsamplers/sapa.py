@@ -7,14 +7,20 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from upzoo.errors import ConfigError
 from upzoo.layers import check_positive_int, conv_nd
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
-from upzoo.upsamplers.reassembly import default_kernel, pixel_unshuffle_nd, reassemble, shifted_views
+from upzoo.upsamplers.reassembly import (
+    default_kernel,
+    materialises,
+    pixel_unshuffle_nd,
+    reassemble,
+    shifted_views,
+    windows,
+)
 
 __all__ = ["SapaUpsampler"]
 
@@ -26,13 +32,6 @@ def _source_layout(q: torch.Tensor, scale: Sequence[int]) -> torch.Tensor:
     """Channels-last ``(B, *S * scale, D) -> (B, *S, prod(scale), D)``: every output point's query at
     its source point (sub-positions row-major, as :func:`pixel_unshuffle_nd`)."""
     return pixel_unshuffle_nd(q.movedim(-1, 1), scale).movedim(1, -1).movedim(1, -2)
-
-
-def _windows(k: torch.Tensor, size: int) -> torch.Tensor:
-    """Channels-last ``(B, H, W, D) -> (B, H, W, D, size²)``, the zero-padded 2D neighbourhoods."""
-    r = size // 2
-    b, h, w, d = k.shape
-    return F.pad(k, (0, 0, r, r, r, r)).unfold(1, size, 1).unfold(2, size, 1).reshape(b, h, w, d, size * size)
 
 
 @register_upsampler("sapa")
@@ -131,10 +130,11 @@ class SapaUpsampler(Upsampler):
 
     def _similarity(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """``queries (B, *S, r, D)`` against the zero-padded neighbourhoods of ``keys (B, *S, D)``:
-        ``(B, *S, r, k^n)``; in 3D one shifted view of the keys at a time."""
-        if self.spatial_dims == 2:
-            return torch.matmul(queries, _windows(keys, self.kernel_size))
-        views = shifted_views(keys, self.kernel_size, range(1, keys.dim() - 1))
+        ``(B, *S, r, k^n)``; large 3D neighbourhoods one shifted view of the keys at a time."""
+        axes = range(1, keys.dim() - 1)
+        if materialises(self.kernel_size, self.spatial_dims):
+            return torch.matmul(queries, windows(keys, self.kernel_size, axes))
+        views = shifted_views(keys, self.kernel_size, axes)
         return torch.stack([torch.einsum("...rd,...d->...r", queries, view) for view in views], dim=-1)
 
     def upsample(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
