@@ -1,6 +1,6 @@
 """CARAFE, FADE and SAPA in 3D: equal (outputs and gradients, float64) to a slow reference written
 here from the equations, one output voxel at a time; anisotropic scales; the 3D U-Net takes them;
-both formulations (materialised neighbourhoods, the offset loop) are checked; 2D is unchanged."""
+the reassembly equals an unfold written here at kernels 3 and 5; 2D is unchanged."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 
 from upzoo import UNet, create_upsampler
-from upzoo.upsamplers import reassembly
 from upzoo.upsamplers.reassembly import reassemble
 
 SCALES = [(1, 2, 2), pytest.param((2, 2, 2), marks=pytest.mark.slow), pytest.param((2, 1, 3), marks=pytest.mark.slow)]
@@ -77,12 +76,9 @@ def _sapa_reference(block, x, guide):
 REFERENCES = {"carafe": _carafe_reference, "fade": _fade_reference, "sapa": _sapa_reference}
 
 
-@pytest.mark.parametrize("loop", [False, True], ids=["materialised", "offset-loop"])
 @pytest.mark.parametrize("scale", SCALES, ids=["1x2x2", "2x2x2", "2x1x3"])
 @pytest.mark.parametrize("name", REFERENCES)
-def test_3d_block_equals_the_equations_in_float64(name, scale, loop, monkeypatch):
-    if loop:  # k = 3 is materialised by default; no neighbourhood is with a limit of 0
-        monkeypatch.setattr(reassembly, "UNFOLD_UP_TO", 0)
+def test_3d_block_equals_the_equations_in_float64(name, scale):
     torch.manual_seed(0)
     guided = name != "carafe"
     options = {"guide_channels": 3} if guided else {"compressed_channels": 4}
@@ -105,21 +101,13 @@ def test_3d_block_equals_the_equations_in_float64(name, scale, loop, monkeypatch
 
 
 @pytest.mark.parametrize("k", [3, 5])
-def test_both_formulations_equal_an_unfold_written_here(k, monkeypatch):
+def test_3d_reassembly_equals_the_equations_at_kernels_3_and_5(k):
     torch.manual_seed(0)
-    x = torch.randn(2, 3, 4, 5, 6, dtype=torch.float64)
+    x = torch.randn(2, 3, 2, 3, 4, dtype=torch.float64)
     scale = (1, 2, 2)
-    kernels = torch.randn(2, k**3, 4, 4, 5, 6, dtype=torch.float64).softmax(dim=1)
-    padded = F.pad(x, [k // 2] * 6)
-    unfolded = padded.unfold(2, k, 1).unfold(3, k, 1).unfold(4, k, 1).reshape(2, 3, 4, 5, 6, k**3)
-    out = torch.einsum("bczyxk,bkrzyx->bcrzyx", unfolded, kernels).reshape(2, 12, 4, 5, 6)
-    expected = out.reshape(2, 3, 1, 2, 2, 4, 5, 6).permute(0, 1, 5, 2, 6, 3, 7, 4).reshape(2, 3, 4, 10, 12)
-    assert reassembly.materialises(k, 3) == (k == 3)  # the default threshold: 27 points
-    default = reassemble(x, kernels, k, scale)
-    for limit in (0, 10**6):  # every neighbourhood looped, every one materialised
-        monkeypatch.setattr(reassembly, "UNFOLD_UP_TO", limit)
-        torch.testing.assert_close(reassemble(x, kernels, k, scale), expected, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(default, expected, rtol=1e-12, atol=1e-12)
+    logits = torch.randn(2, k**3, 4, 2, 3, 4, dtype=torch.float64)  # (B, k³, r, *S)
+    expected = _reference(x, scale, k, lambda o, p, sub, i, d: logits[:, i, sub, p[0], p[1], p[2]])
+    torch.testing.assert_close(reassemble(x, logits.softmax(dim=1), k, scale), expected, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,8 @@ class CarafeUpsampler(Upsampler):
     ``(B, C_in, *S) -> (B, C_out, *S * scale)``. A 1x1 conv compresses the channels, a
     ``kernel_encoder`` conv predicts ``kernel_up**n`` weights per sub-position, softmax normalises
     them, and every output point is the weighted sum of the ``kernel_up x kernel_up`` (3D: ``x
-    kernel_up``) neighbourhood of its source point (computed at input resolution, no compiled ops;
-    3D loops over the neighbourhood's offsets instead of unfolding it). A 1x1 conv projects to
+    kernel_up``) neighbourhood of its source point (computed at input resolution, no compiled ops).
+    A 1x1 conv projects to
     ``out_channels`` when it differs from ``in_channels``. 3D, anisotropic scales such as (1, 2, 2)
     included, is upzoo's extension of the 2D paper.
 

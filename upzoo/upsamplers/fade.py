@@ -35,8 +35,8 @@ class FadeUpsampler(Upsampler):
       they differ (the paper's features share a width).
 
     A 1x1 conv projects to ``out_channels`` when it differs from ``in_channels``. 3D (anisotropic
-    scales included) is upzoo's extension of the 2D paper: the same steps with 3D convolutions,
-    reassembling by a loop over the neighbourhood's offsets.
+    scales included) is upzoo's extension of the 2D paper: the same steps with 3D convolutions over
+    the ``k x k x k`` neighbourhood.
 
     Args:
         guide_channels: channels of the guide (the encoder skip).

@@ -1,45 +1,21 @@
 """Content-aware reassembly, the step CARAFE, FADE and SAPA share: every output point is a weighted
 sum of the ``k x k`` (3D: ``k x k x k``) neighbourhood of its source point in the low-resolution
-input. Computed at the input resolution, so memory grows with the input, not with the output.
-
-Two formulations, chosen by the neighbourhood's size (:func:`materialises`): small neighbourhoods
-(all of 2D's, 3D's ``3 x 3 x 3``) are materialised once per input point, then one einsum; larger 3D
-ones (``k³`` from 125) take a loop over the offsets that adds each shifted view of the zero-padded
-input weighted by its kernel entry, so the ``k³`` copies of the input are never held at once.
-docs/benchmarks.md has the measurements behind the threshold."""
+input. Computed at the input resolution, so memory grows with the input, not with the output: the
+``k^n`` neighbourhoods are materialised once per input point (2D: ``F.unfold``; 3D, which has no
+unfold op: ``Tensor.unfold`` along each axis), then one einsum. A loop over the ``k³`` offsets that
+never holds the neighbourhoods at once was measured slower *and* heavier on forward+backward at
+k = 3 and 5 (its backward allocates per offset): docs/benchmarks.md."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from upzoo.upsamplers.pixel_shuffle import pixel_shuffle_nd
 
-__all__ = [
-    "reassemble",
-    "pixel_unshuffle_nd",
-    "neighbourhoods",
-    "windows",
-    "shifted_views",
-    "default_kernel",
-    "materialises",
-]
-
-UNFOLD_UP_TO = 27
-"""Neighbourhoods of up to this many points are materialised; larger ones are looped over."""
-
-
-def materialises(kernel_size: int, spatial_dims: int) -> bool:
-    """Whether the ``k^n`` neighbourhoods are materialised at once (2D; 3D up to :data:`UNFOLD_UP_TO`
-    points) rather than visited one offset at a time by :func:`shifted_views`.
-
-    >>> materialises(5, 2), materialises(3, 3), materialises(5, 3)
-    (True, True, False)
-    """
-    return spatial_dims == 2 or kernel_size**spatial_dims <= UNFOLD_UP_TO
+__all__ = ["reassemble", "pixel_unshuffle_nd", "neighbourhoods", "windows", "default_kernel"]
 
 
 def default_kernel(kernel_size: int | None, spatial_dims: int) -> int:
@@ -94,21 +70,6 @@ def windows(t: torch.Tensor, kernel_size: int, axes: Sequence[int]) -> torch.Ten
     return u.reshape(*t.shape, kernel_size ** len(axes))
 
 
-def shifted_views(x: torch.Tensor, kernel_size: int, axes: Sequence[int]) -> Iterator[torch.Tensor]:
-    """The ``k^n`` neighbours of every point of ``x`` along its ``axes`` (zero-padded), one offset at
-    a time and row-major over the offsets (the order of ``unfold``): views of one padded copy."""
-    r = kernel_size // 2
-    pad = [0] * (2 * x.dim())
-    for axis in axes:
-        pad[2 * (x.dim() - 1 - axis)] = pad[2 * (x.dim() - 1 - axis) + 1] = r
-    padded = F.pad(x, pad)
-    for offset in itertools.product(range(kernel_size), repeat=len(axes)):
-        index = [slice(None)] * x.dim()
-        for axis, o in zip(axes, offset):
-            index[axis] = slice(o, o + x.shape[axis])
-        yield padded[tuple(index)]
-
-
 def reassemble(x: torch.Tensor, kernels: torch.Tensor, kernel_size: int, scale: Sequence[int]) -> torch.Tensor:
     """Reassemble ``x (B, C, *S)`` with ``kernels (B, k^n, r, *S)`` (one normalised kernel over the
     ``k^n`` neighbourhood per output sub-position ``r`` of each input point, ``r = prod(scale)``) into
@@ -124,11 +85,6 @@ def reassemble(x: torch.Tensor, kernels: torch.Tensor, kernel_size: int, scale: 
     r = kernels.shape[2]
     if len(spatial) == 2:
         out = torch.einsum("bckhw,bkrhw->bcrhw", neighbourhoods(x, kernel_size), kernels)
-    elif materialises(kernel_size, len(spatial)):
+    else:
         out = torch.einsum("bczyxk,bkrzyx->bcrzyx", windows(x, kernel_size, range(2, x.dim())), kernels)
-    else:  # one shifted view at a time: the k³ neighbourhoods are never materialised together
-        axes = range(2, x.dim())
-        out = sum(
-            view.unsqueeze(2) * kernels[:, i].unsqueeze(1) for i, view in enumerate(shifted_views(x, kernel_size, axes))
-        )
     return pixel_shuffle_nd(out.reshape(b, c * r, *spatial), scale)

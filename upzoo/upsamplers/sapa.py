@@ -13,14 +13,7 @@ from upzoo.errors import ConfigError
 from upzoo.layers import check_positive_int, conv_nd
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
-from upzoo.upsamplers.reassembly import (
-    default_kernel,
-    materialises,
-    pixel_unshuffle_nd,
-    reassemble,
-    shifted_views,
-    windows,
-)
+from upzoo.upsamplers.reassembly import default_kernel, pixel_unshuffle_nd, reassemble, windows
 
 __all__ = ["SapaUpsampler"]
 
@@ -55,8 +48,8 @@ class SapaUpsampler(Upsampler):
 
     The paper's gated variant (SAPA-G) is not included. Everything runs at the input resolution
     (queries rearranged to their source points), and a 1x1 conv projects to ``out_channels`` when it
-    differs. 3D (anisotropic scales included) is upzoo's extension of the 2D paper: the similarity
-    and the reassembly loop over the neighbourhood's offsets, never unfolding it.
+    differs. 3D (anisotropic scales included) is upzoo's extension of the 2D paper: the same steps
+    over the ``k x k x k`` neighbourhood.
 
     Args:
         guide_channels: channels of the guide (the encoder skip).
@@ -130,12 +123,8 @@ class SapaUpsampler(Upsampler):
 
     def _similarity(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """``queries (B, *S, r, D)`` against the zero-padded neighbourhoods of ``keys (B, *S, D)``:
-        ``(B, *S, r, k^n)``; large 3D neighbourhoods one shifted view of the keys at a time."""
-        axes = range(1, keys.dim() - 1)
-        if materialises(self.kernel_size, self.spatial_dims):
-            return torch.matmul(queries, windows(keys, self.kernel_size, axes))
-        views = shifted_views(keys, self.kernel_size, axes)
-        return torch.stack([torch.einsum("...rd,...d->...r", queries, view) for view in views], dim=-1)
+        ``(B, *S, r, k^n)``: one matmul."""
+        return torch.matmul(queries, windows(keys, self.kernel_size, range(1, keys.dim() - 1)))
 
     def upsample(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
         y = reassemble(x, self.kernels(x, guide), self.kernel_size, self.scale)
