@@ -24,9 +24,8 @@ class CarafeUpsampler(Upsampler):
     ``kernel_encoder`` conv predicts ``kernel_up**n`` weights per sub-position, softmax normalises
     them, and every output point is the weighted sum of the ``kernel_up x kernel_up`` (3D: ``x
     kernel_up``) neighbourhood of its source point (computed at input resolution, no compiled ops).
-    A 1x1 conv projects to
-    ``out_channels`` when it differs from ``in_channels``. 3D, anisotropic scales such as (1, 2, 2)
-    included, is upzoo's extension of the 2D paper.
+    A 1x1 conv projects to ``out_channels`` when it differs from ``in_channels``. 3D, anisotropic
+    scales such as (1, 2, 2) included, is upzoo's extension of the 2D paper.
 
     Args:
         kernel_up: reassembly kernel size (odd); default 5 in 2D (the paper), 3 in 3D (27 neighbours,
