@@ -1,8 +1,8 @@
 """Content-aware reassembly, the step CARAFE, FADE and SAPA share: every output point is a weighted
 sum of the ``k x k`` (3D: ``k x k x k``) neighbourhood of its source point in the low-resolution
 input. Computed at the input resolution, so memory grows with the input, not with the output: the
-``k^n`` neighbourhoods are materialised once per input point (2D: ``F.unfold``; 3D, which has no
-unfold op: ``Tensor.unfold`` along each axis), then one einsum. A loop over the ``k³`` offsets that
+``k^n`` neighbourhoods are materialised once per input point (``Tensor.unfold`` along each axis of
+one padded copy, in 2D and 3D alike), then one einsum. A loop over the ``k³`` offsets that
 never holds the neighbourhoods at once was measured slower *and* heavier on forward+backward at
 k = 3 and 5 (its backward allocates per offset): docs/benchmarks.md."""
 
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from upzoo.upsamplers.pixel_shuffle import pixel_shuffle_nd
 
-__all__ = ["reassemble", "pixel_unshuffle_nd", "neighbourhoods", "windows", "default_kernel"]
+__all__ = ["reassemble", "pixel_unshuffle_nd", "windows", "default_kernel"]
 
 
 def default_kernel(kernel_size: int | None, spatial_dims: int) -> int:
@@ -43,12 +43,6 @@ def pixel_unshuffle_nd(y: torch.Tensor, scale: Sequence[int]) -> torch.Tensor:
     for r in scale:
         product *= r
     return y.reshape(b, c, product, *small)
-
-
-def neighbourhoods(x: torch.Tensor, kernel_size: int) -> torch.Tensor:
-    """``(B, C, H, W) -> (B, C, k², H, W)``: the zero-padded ``k x k`` neighbourhood of every point."""
-    b, c, h, w = x.shape
-    return F.unfold(x, kernel_size, padding=kernel_size // 2).reshape(b, c, kernel_size**2, h, w)
 
 
 def windows(t: torch.Tensor, kernel_size: int, axes: Sequence[int]) -> torch.Tensor:
@@ -83,8 +77,5 @@ def reassemble(x: torch.Tensor, kernels: torch.Tensor, kernel_size: int, scale: 
     """
     b, c, *spatial = x.shape
     r = kernels.shape[2]
-    if len(spatial) == 2:
-        out = torch.einsum("bckhw,bkrhw->bcrhw", neighbourhoods(x, kernel_size), kernels)
-    else:
-        out = torch.einsum("bczyxk,bkrzyx->bcrzyx", windows(x, kernel_size, range(2, x.dim())), kernels)
+    out = torch.einsum("bc...k,bkr...->bcr...", windows(x, kernel_size, range(2, x.dim())), kernels)
     return pixel_shuffle_nd(out.reshape(b, c * r, *spatial), scale)
