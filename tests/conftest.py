@@ -10,7 +10,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+if "OMP_NUM_THREADS" not in os.environ:  # CI also runs the suite with OMP_NUM_THREADS=1: keep it
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
 @pytest.fixture(autouse=True)

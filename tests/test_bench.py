@@ -35,7 +35,7 @@ def test_known_checkerboard_behaviour_of_fresh_blocks():
     k3 = mean_score("transposed", kernel_size=3, padding=1, output_padding=1)
     k2 = mean_score("transposed")
     assert k3 > 0.3 and k2 < 0.1 and k3 > 4 * k2
-    assert mean_score("pixel_shuffle") == 0.0  # ICNR: every phase identical
+    assert mean_score("pixel_shuffle") < 1e-5  # ICNR: every phase identical (up to a GEMM's float32 rounding)
     assert mean_score("interp_conv") < 0.02 and mean_score("interp_conv", mode="bilinear") < 0.02
     assert mean_score("pixel_shuffle", icnr=False) > mean_score("pixel_shuffle")
 

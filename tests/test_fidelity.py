@@ -463,8 +463,9 @@ def test_sigterm_stops_predict_and_its_workers(run_dir, tmp_path):
 
     folder = tmp_path / "many"
     folder.mkdir()
-    for i in range(400):
-        (folder / f"{i:03d}.png").write_bytes(_image(run_dir).read_bytes())
+    image = _image(run_dir).resolve()
+    for i in range(4000):  # far more work than any machine does between the workers' start and the signal
+        (folder / f"{i:04d}.png").symlink_to(image)
     process = subprocess.Popen(
         [sys.executable, "-m", "upzoo", "predict", str(run_dir), str(folder), "--out", str(tmp_path / "o"),
          "--workers", "2", "--no-progress"],

@@ -23,9 +23,10 @@ from upzoo.errors import ConfigError, DataError, UpzooError
 from upzoo.runs.trained_model import LoadedModel
 from upzoo.runtime import atomic_write, main_output
 
-__all__ = ["ExportError", "export_model", "check_sizes", "TOLERANCE"]
+__all__ = ["ExportError", "export_model", "check_sizes", "verification_input", "threshold_margin", "TOLERANCE"]
 
 TOLERANCE = 1e-4  # max |exported - PyTorch| in float32
+THRESHOLD_MARGIN = 1e-5  # verification inputs keep this far from a masked blur's threshold (10x the rounding)
 
 
 class ExportError(UpzooError):
@@ -139,12 +140,49 @@ def _program_runner(path: Path):
     return run
 
 
+def threshold_margin(model: nn.Module, x: torch.Tensor) -> float:
+    """The smallest ``|value - threshold|`` that a hard-threshold masked blur of ``model`` sees at
+    input ``x`` (``inf`` where it has none): a value closer than two runtimes' rounding apart is
+    blurred by one and kept by the other."""
+    from upzoo.filters.masked_blur import MaskedGaussianBlur
+
+    closest = [float("inf")]
+
+    def measure(module: nn.Module, args: tuple) -> None:
+        if module.options["soft"] is None and (len(args) < 2 or args[1] is None) and args[0].numel():
+            closest[0] = min(closest[0], float((args[0] - module.options["threshold"]).abs().min()))
+
+    blurs = [m for m in model.modules() if isinstance(m, MaskedGaussianBlur)]
+    if not blurs:
+        return float("inf")
+    hooks = [m.register_forward_pre_hook(measure) for m in blurs]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return closest[0]
+
+
+def verification_input(model: nn.Module, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """A standard-normal input of ``shape`` whose values at every hard threshold of the model stay
+    :data:`THRESHOLD_MARGIN` clear of it (redrawn, up to 50 times), so that a comparison with
+    another runtime measures the export, not which side of a threshold its rounding falls on."""
+    x = torch.randn(shape, generator=generator)
+    for _ in range(49):
+        if threshold_margin(model, x) > THRESHOLD_MARGIN:
+            break
+        x = torch.randn(shape, generator=generator)
+    return x
+
+
 def _verify(model: nn.Module, run, shapes: list[tuple[int, ...]], seed: int = 0) -> list[dict[str, Any]]:
     """Run the exported file at every shape; the max abs difference to PyTorch at each."""
     generator = torch.Generator().manual_seed(seed)
     checks = []
     for shape in shapes:
-        x = torch.randn(shape, generator=generator)
+        x = verification_input(model, shape, generator)
         got, expected = run(x), _reference(model, x)
         if got.shape != expected.shape:
             diff = float("inf")

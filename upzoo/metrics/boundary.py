@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from upzoo.collectives import all_reduce_sum
 from upzoo.errors import ShapeError
 from upzoo.metrics.confusion import as_labels, check_num_classes
 
@@ -104,11 +105,8 @@ class BoundaryIoU:
             self.union += torch.from_numpy(union.astype(np.int64))
 
     def all_reduce(self) -> None:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            for counts in (self.intersection, self.union):
-                dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+        for counts in (self.intersection, self.union):
+            all_reduce_sum(counts)
 
     def compute(self) -> dict[str, Any]:
         """``boundary_iou`` (mean over classes present in either) and ``per_class_boundary_iou``."""
@@ -222,10 +220,7 @@ class BoundaryFScore:
             self.counts += torch.from_numpy(counts)
 
     def all_reduce(self) -> None:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(self.counts, op=dist.ReduceOp.SUM)
+        all_reduce_sum(self.counts)
 
     def compute(self) -> dict[str, Any]:
         """``boundary_fscore`` (mean over classes with a contour) and ``per_class_boundary_fscore``."""

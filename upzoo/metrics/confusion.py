@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from upzoo.collectives import all_reduce_sum
 from upzoo.errors import ConfigError, ShapeError
 
 __all__ = [
@@ -169,10 +170,7 @@ class ConfusionMatrix:
 
     def all_reduce(self) -> None:
         """Sum the counts over all ranks of the default process group (a no-op without one)."""
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(self.matrix, op=dist.ReduceOp.SUM)
+        all_reduce_sum(self.matrix)
 
     def compute(self) -> dict[str, Any]:
         """``miou``, ``per_class_iou`` (list, NaN for absent classes), ``pixel_accuracy``, ``mean_dice``,

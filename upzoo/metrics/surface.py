@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from upzoo.collectives import all_reduce_sum
 from upzoo.errors import ShapeError
 from upzoo.metrics.confusion import check_num_classes
 
@@ -199,11 +200,8 @@ class SurfaceMetrics:
                     self.counts[c] += 1
 
     def all_reduce(self) -> None:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            for t in (self.sums, self.counts):
-                dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        for t in (self.sums, self.counts):
+            all_reduce_sum(t)
 
     def compute(self) -> dict[str, Any]:
         """``hd95`` and ``surface_dice`` (means over the foreground classes present, class 0 being the

@@ -11,10 +11,14 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from upzoo.collectives import all_reduce_max, all_reduce_sum
 from upzoo.data.loading import iterate_loader
+from upzoo.errors import ConfigError
 
 __all__ = [
     "DistContext",
+    "distributed_environment",
+    "rank_device",
     "init_distributed",
     "finish_distributed",
     "resumable_batches",
@@ -31,6 +35,7 @@ class DistContext:
     world_size: int = 1
     local_rank: int = 0
     owns_group: bool = False  # this run created the process group and must destroy it
+    device: torch.device = torch.device("cpu")  # where this rank trains (cuda:LOCAL_RANK under DDP on CUDA)
 
     @property
     def is_main(self) -> bool:
@@ -41,15 +46,79 @@ class DistContext:
         return self.world_size > 1
 
 
+def _env_int(name: str, low: int, high: int | None = None) -> int | None:
+    """Environment variable ``name`` as an int in ``[low, high)``, None when unset."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value >= high):
+        span = f">= {low}" if high is None else f"in [{low}, {high - 1}]"
+        raise ConfigError(
+            f"environment variable {name}={raw!r}: expected a whole number {span}; "
+            "launch with torchrun or `upzoo train --nproc N`, which set it"
+        )
+    return value
+
+
+def distributed_environment() -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` from torchrun's environment, checked before any work.
+
+    Raises:
+        ConfigError: ``LOCAL_RANK`` or ``RANK`` without ``WORLD_SIZE``, or a value that is not a
+            whole number in range; naming the variable.
+    """
+    world = _env_int("WORLD_SIZE", 1)
+    if world is None:
+        for name in ("LOCAL_RANK", "RANK"):
+            if name in os.environ:
+                raise ConfigError(
+                    f"environment variable {name}={os.environ[name]!r} is set but WORLD_SIZE is not: "
+                    "launch with torchrun or `upzoo train --nproc N` (they set both), or unset it"
+                )
+        return 0, 1, 0
+    rank = _env_int("RANK", 0, world) or 0
+    local_rank = _env_int("LOCAL_RANK", 0, world) or 0
+    return rank, world, local_rank
+
+
+def rank_device(device: torch.device, local_rank: int) -> torch.device:
+    """The device of the rank with ``local_rank`` on this node: ``cuda:LOCAL_RANK`` for a CUDA run
+    (selected with ``torch.cuda.set_device``), else ``device``.
+
+    Raises:
+        ConfigError: more ranks on this node than CUDA devices visible.
+    """
+    if device.type != "cuda":
+        return device
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        raise ConfigError(
+            f"DDP rank with LOCAL_RANK={local_rank} needs CUDA device {local_rank}, but only {count} are "
+            "visible here: use --nproc <= the GPUs (CUDA_VISIBLE_DEVICES) or train.device: cpu"
+        )
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
 def init_distributed(device: torch.device) -> DistContext:
-    """Join the process group that torchrun describes in the environment (``WORLD_SIZE`` > 1)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    """Join the process group that torchrun describes in the environment (``WORLD_SIZE`` > 1).
+
+    On CUDA each rank trains on ``cuda:LOCAL_RANK`` and the group is ``cpu:gloo,cuda:nccl`` (NCCL
+    for the gradients, gloo for the small CPU collectives: stop flags, loss means, metric counts);
+    on the CPU it is gloo. A single process gets ``DistContext(device=device)``.
+    """
+    rank, world, local_rank = distributed_environment()
     if world <= 1:
-        return DistContext()
+        return DistContext(device=device)
+    device = rank_device(device, local_rank)
     owns = not dist.is_initialized()
     if owns:
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), owns)
+        dist.init_process_group(backend="cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo")
+    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, owns, device)
 
 
 def finish_distributed(ctx: DistContext) -> None:
@@ -64,18 +133,14 @@ def all_reduce_mean(value: float, ctx: DistContext) -> float:
     """The mean of a float over all ranks."""
     if not ctx.enabled:
         return value
-    t = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(t)
-    return float(t) / ctx.world_size
+    return float(all_reduce_sum(torch.tensor([value], dtype=torch.float64))) / ctx.world_size
 
 
 def any_rank(flag: bool, ctx: DistContext) -> bool:
     """True on every rank when it is true on any (so that all ranks stop at the same step)."""
     if not ctx.enabled:
         return flag
-    t = torch.tensor([1.0 if flag else 0.0])
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return bool(all_reduce_max(torch.tensor([1.0 if flag else 0.0])).item())
 
 
 def sync_buffers(module: torch.nn.Module, ctx: DistContext) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from upzoo.collectives import all_gather_floats
 from upzoo.errors import ConfigError, TrainingError
 from upzoo.figures import plot_curves
 from upzoo.runs.checkpoint import load_checkpoint, load_weights, save_checkpoint
@@ -69,6 +70,7 @@ class Trainer:
         self.device = resolve_device(self.cfg.device, "train.device")
         autocast(self.cfg.amp, self.device)  # an amp mode this device lacks fails now, before any work
         self.ctx = init_distributed(self.device)
+        self.device = self.ctx.device  # cuda:LOCAL_RANK for a DDP rank on CUDA
         columns = ["step", "epoch", *task.step_columns, "lr", "samples_per_s", *task.eval_columns]
         self.run = RunFolder(run_dir, columns, resume=resume, lock=self.ctx.is_main)
         seed_everything(self.cfg.seed, self.cfg.deterministic)
@@ -88,7 +90,15 @@ class Trainer:
             module.to(self.device)
             if self.channels_last is not None:
                 module.to(memory_format=self.channels_last)
-            self._wrapped[name] = nn.parallel.DistributedDataParallel(module) if self.ctx.enabled else module
+            self._wrapped[name] = self._distributed(module)
+
+    def _distributed(self, module: nn.Module) -> nn.Module:
+        """``module`` wrapped in DDP under torchrun (on CUDA bound to this rank's GPU), else as it is."""
+        if not self.ctx.enabled:
+            return module
+        if self.device.type == "cuda":
+            return nn.parallel.DistributedDataParallel(module, device_ids=[self.device.index])
+        return nn.parallel.DistributedDataParallel(module)
 
     def _build_optimizers(self) -> None:
         data = self.task.prepared.data
@@ -350,16 +360,10 @@ class Trainer:
         """Whether every rank holds exactly the same parameters (None in a single process)."""
         if not self.ctx.enabled:
             return None
-        import torch.distributed as dist
-
         total = sum(float(p.detach().double().sum()) for m in self.task.modules.values() for p in m.parameters())
-        checksum = torch.tensor([total], dtype=torch.float64)
-        gathered = [torch.zeros_like(checksum) for _ in range(self.ctx.world_size)]
-        dist.all_gather(gathered, checksum)
-        if not all(torch.equal(g, gathered[0]) for g in gathered):
-            raise TrainingError(
-                f"DDP ranks hold different parameters at the end of training: {[float(g) for g in gathered]}"
-            )
+        gathered = all_gather_floats(total)
+        if any(g != gathered[0] for g in gathered):
+            raise TrainingError(f"DDP ranks hold different parameters at the end of training: {gathered}")
         return True
 
 
