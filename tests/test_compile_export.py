@@ -391,7 +391,9 @@ class _DiffersWhenTraced(Upsampler):
         return y * 1.5 if torch.compiler.is_compiling() else y
 
 
-@pytest.mark.parametrize("bad, message", [(_Unexportable, "fails"), (_DiffersWhenTraced, "differs")])
+@pytest.mark.parametrize(
+    "bad, message", [(_Unexportable, "fails"), pytest.param(_DiffersWhenTraced, "differs", marks=pytest.mark.slow)]
+)
 def test_export_refuses_and_names_the_block(bad, message, tmp_path):
     from upzoo.inference.export import ExportError, export_model
     from upzoo.recipe import parse_recipe

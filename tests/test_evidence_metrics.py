@@ -84,10 +84,18 @@ def test_streaming_surface_metrics_average_the_cases():
     assert result["hd95"] == pytest.approx(expected[1:].mean())
 
 
-@pytest.mark.parametrize("path", [pytest.param("kd_tree", marks=pytest.mark.slow), "distance_transform"])
-def test_both_paths_agree_with_monai_at_exact_ties_and_on_200_volumes(path, monkeypatch):
+@pytest.mark.parametrize(
+    "path, volumes",
+    [
+        pytest.param("kd_tree", 200, marks=pytest.mark.slow),
+        pytest.param("distance_transform", 200, marks=pytest.mark.slow),
+        ("distance_transform", 50),
+    ],
+)
+def test_both_paths_agree_with_monai_at_exact_ties_and_on_random_volumes(path, volumes, monkeypatch):
     """A distance equal to the tolerance counts (MONAI's ``<=``) on both code paths: plates k voxels
-    apart at spacings where k * s is the tolerance, then 200 random and constructed volumes."""
+    apart at spacings where k * s is the tolerance, then random and constructed volumes (200 in the
+    slow run, 50 by default)."""
     import upzoo.metrics.surface as surface
 
     monkeypatch.setattr(surface, "SPARSE_FACTOR", 0 if path == "kd_tree" else 10**9)
@@ -97,7 +105,7 @@ def test_both_paths_agree_with_monai_at_exact_ties_and_on_200_volumes(path, monk
         pred[3, 2:10, 2:10], target[3 + gap, 2:10, 2:10] = 1, 1
         cases.append((pred, target, spacing, gap * spacing[0]))
     rng = np.random.default_rng(0)
-    while len(cases) < 200:
+    while len(cases) < volumes:
         spacing = tuple(float(v) for v in rng.choice([0.3, 0.7, 0.8, 1.0, 1.5, 2.5], 3))
         pred, target = _blobs((10, 12, 11), 3, int(rng.integers(1 << 30)))
         cases.append((pred, target, spacing, float(rng.choice([0.7, 1.5, 1.6, 2.4]))))

@@ -64,7 +64,19 @@ def test_plan_only_writes_the_plan_and_one_job_line_per_cell(cache, tmp_path):
     for fragment in ("#SBATCH --array=0-3%2", "#SBATCH --partition=gpu", "#SBATCH --cpus-per-task=4",
                      "#SBATCH --time=30", "#SBATCH --account=lab", "#SBATCH --gpus-per-node=1"):  # fmt: skip
         assert fragment in script, (fragment, script)
-    # any scheduler can run a line; collect then reports what is there and what is missing
+    collected = run_cli("bench", "collect", out, "--rounds", "3")
+    missing = [line for line in collected.stderr.splitlines() if line.startswith("missing: ")]
+    assert collected.returncode == 1 and len(missing) == 4 and "not run yet" in missing[0]
+
+
+@pytest.mark.slow  # 5 s: a training in a new interpreter, as a scheduler starts it
+def test_any_scheduler_can_run_a_job_line_and_collect_reports_what_is_missing(cache, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(small_recipe(cache, train={"max_steps": 2})))
+    out = tmp_path / "cmp"
+    args = ["--upsamplers", "transposed,interpolate", "--seeds", "2", "--out", out, "--plan-only"]
+    assert run_cli("bench", "compare", recipe, *args).returncode == 0
+    lines = (out / JOBS_FILE).read_text().splitlines()
     assert subprocess.run(["bash", "-c", lines[0]], env=dict(os.environ)).returncode == 0
     collected = run_cli("bench", "collect", out, "--rounds", "3")
     missing = [line for line in collected.stderr.splitlines() if line.startswith("missing: ")]
