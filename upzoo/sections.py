@@ -15,6 +15,7 @@ from upzoo.validation import config_error
 __all__ = ["DataConfig", "TrainConfig", "EvalConfig", "validate_section", "config_error"]
 
 PositiveInt = Annotated[int, Field(ge=1)]
+Flag = Annotated[bool, Field(strict=True)]  # true or false: 1, "yes" or "on" are refused, not read as true
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
@@ -87,11 +88,11 @@ class DataConfig(_Section):
     target_spacing: Literal["median"] | tuple[PositiveFloat, PositiveFloat, PositiveFloat] | None = None
     crop_size: Size | None = None
     resize: tuple[PositiveInt, PositiveInt] | None = None
-    augment: bool = True
+    augment: Flag = True
     normalize: Literal["imagenet", "zscore", "ct", "minmax", "none"] | None = None
     ct_window: tuple[Finite, Finite] = (-1000.0, 1000.0)
     foreground_ratio: _float(ge=0, le=1) = 0.33
-    allow_outside_root: bool = False
+    allow_outside_root: Flag = False
     batch_size: PositiveInt = 4
     num_workers: NonNegativeInt = 2
 
@@ -153,10 +154,10 @@ class TrainConfig(_Section):
     loss: Literal["ce", "ce+dice"] = "ce"
     class_weights: Literal["none", "balanced"] = "none"
     amp: Literal["none", "bf16", "fp16"] = "none"
-    channels_last: bool = False
+    channels_last: Flag = False
     grad_clip: PositiveFloat | None = None
     seed: Seed = 0
-    deterministic: bool = False
+    deterministic: Flag = False
     val_every: PositiveInt | None = None
     log_every: PositiveInt = 10
     checkpoint_every: PositiveInt | None = None
@@ -183,7 +184,7 @@ class EvalConfig(_Section):
     checkerboard), and with ``features`` (a segmentation run folder, whose encoder gives a domain
     distance, or a local FID Inception weights file) KID and the Fréchet distance."""
 
-    sliding_window: bool = True
+    sliding_window: Flag = True
     patch_size: Annotated[tuple[PositiveInt, ...], Field(min_length=3, max_length=3)] | None = None
     overlap: Fraction = 0.5
     batch_size: PositiveInt = 2

@@ -130,4 +130,7 @@ def _block_row(name: str, shape: tuple[int, ...], scale: int | Sequence[int], de
 
 def environment_line(device: str) -> str:
     env = environment(device)
-    return f"{env['device']}, torch {env['torch']}, {env['threads']} threads"
+    return (
+        f"{env['device']}, {env['cores']} cores, {env['threads']} threads, torch {env['torch']}, "
+        f"CPU kernels {env['cpu_capability']}" + (f", CUDA {env['cuda']}" if env.get("cuda") else "")
+    )

@@ -87,27 +87,14 @@ def memcpy_bandwidth(megabytes: int = 256, runs: int = 5) -> float:
 
 
 def environment(device: torch.device | str) -> dict:
-    """What a timing depends on: device, versions, threads."""
+    """What a timing depends on: the machine (:func:`upzoo.machine.machine_record`), with ``device``
+    as a description (the GPU's name, or ``cpu (MODEL)``)."""
+    from upzoo.machine import machine_record
+
     device = torch.device(device)
-    record = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({_cpu_name()})",
-        "torch": torch.__version__,
-        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-        "threads": torch.get_num_threads(),
-    }
+    record = machine_record(device)
+    record["device"] = record["gpu"] if device.type == "cuda" else f"cpu ({record['cpu']})"
     return record
-
-
-def _cpu_name() -> str:
-    import platform
-
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def measure_fps(

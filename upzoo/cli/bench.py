@@ -41,7 +41,11 @@ def bench_blocks_command(shape: str, scale: str, device: str, runs: int, as_json
         runs=runs,
         progress=lambda name: click.echo(f"measuring {name} ...", err=True),
     )
-    emit_rows(rows, BLOCK_COLUMNS, as_json, as_csv)
+    from upzoo.machine import machine_kind, machine_record
+
+    machine = machine_kind(machine_record(device))  # JSON and CSV rows carry it; the table has the line above
+    emit_rows([{**row, "machine": machine} for row in rows], [*BLOCK_COLUMNS, "machine"] if as_json or as_csv
+              else BLOCK_COLUMNS, as_json, as_csv)  # fmt: skip
 
 
 @bench.command("model")
@@ -79,7 +83,9 @@ def bench_model_command(
     if as_json:
         click.echo(to_json(result))
         return
-    click.echo(f"{result['device']}, torch {result['torch']}, {result['threads']} threads; input {shape}")
+    from upzoo.bench.block_table import environment_line
+
+    click.echo(f"{environment_line(device)}; input {shape}")
     click.echo(
         f"FPS {result['fps']:.2f} (latency median {result['latency_ms']:.1f} ms, "
         f"q1-q3 {result['latency_q1_ms']:.1f}-{result['latency_q3_ms']:.1f} ms over {runs} runs)"

@@ -18,6 +18,7 @@ from torch import nn
 from upzoo.collectives import all_gather_floats
 from upzoo.errors import ConfigError, TrainingError
 from upzoo.figures import plot_curves
+from upzoo.machine import machine_record
 from upzoo.runs.checkpoint import load_checkpoint, load_weights, save_checkpoint
 from upzoo.runs.folder import RunFolder
 from upzoo.runtime import (
@@ -345,6 +346,8 @@ class Trainer:
             **self.task.summary(last, best),
             "seconds": seconds,
             "world_size": self.ctx.world_size,
+            "deterministic": self.cfg.deterministic,
+            "machine": machine_record(self.device),
             "ranks_in_sync": self._ranks_in_sync(),
             "run_dir": str(self.run.path),
         }

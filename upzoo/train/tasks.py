@@ -51,6 +51,26 @@ class Task:
         return {}
 
 
+def cross_entropy(
+    logits: torch.Tensor, target: torch.Tensor, *, weight: torch.Tensor | None = None, ignore_index: int = 255
+) -> torch.Tensor:
+    """``F.cross_entropy``'s value — the mean over non-ignored pixels, weighted by each target's class
+    weight — written with ``log_softmax`` and ``gather``, whose CUDA forward and backward are
+    deterministic (``nll_loss2d``'s CUDA kernel has no deterministic implementation, so
+    ``train.deterministic`` could not train a segmentation model on a GPU). NaN when every pixel is
+    ignored, as PyTorch's.
+
+    >>> logits, target = torch.randn(2, 3, 4, 4, dtype=torch.float64), torch.randint(0, 3, (2, 4, 4))
+    >>> torch.allclose(cross_entropy(logits, target), F.cross_entropy(logits, target))
+    True
+    """
+    valid = target != ignore_index
+    safe = torch.where(valid, target, torch.zeros_like(target))
+    nll = -logits.log_softmax(1).gather(1, safe.unsqueeze(1)).squeeze(1)
+    weights = valid.to(nll.dtype) if weight is None else weight.to(nll.dtype)[safe] * valid
+    return (nll * weights).sum() / weights.sum()
+
+
 def segmentation_loss(
     output: torch.Tensor | list[torch.Tensor],
     target: torch.Tensor,
@@ -70,7 +90,7 @@ def segmentation_loss(
         t = target
         if logits.shape[2:] != target.shape[1:]:
             t = F.interpolate(target[:, None].float(), size=logits.shape[2:], mode="nearest")[:, 0].long()
-        loss = F.cross_entropy(logits.float(), t, weight=weight, ignore_index=ignore_index)
+        loss = cross_entropy(logits.float(), t, weight=weight, ignore_index=ignore_index)
         if kind == "ce+dice":
             valid = (t != ignore_index).unsqueeze(1)
             probs = logits.float().softmax(1) * valid
