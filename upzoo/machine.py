@@ -3,7 +3,7 @@ on the kind of machine it was measured on, and a table that mixes kinds says so.
 
 >>> record = machine_record("cpu")
 >>> sorted(record)[:3]
-['cpu', 'cpu_capability', 'cores']
+['cores', 'cpu', 'cpu_capability']
 >>> machine_kind(record) == machine_kind(machine_record("cpu"))
 True
 """

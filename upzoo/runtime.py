@@ -215,14 +215,11 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def seed_everything(seed: int, deterministic: bool = False) -> None:
-    """Seed Python, NumPy and torch (all devices); optionally require deterministic kernels."""
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-    if deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.benchmark = False
 
 
 def autocast(amp: str, device: torch.device) -> contextlib.AbstractContextManager:

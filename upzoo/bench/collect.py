@@ -20,7 +20,7 @@ from upzoo.bench.plan import Cell, Plan, read_plan
 from upzoo.bench.stats import paired_difference, seed_interval
 from upzoo.yaml_files import read_yaml_file
 
-__all__ = ["collect_comparison", "cell_outcome", "quality_of", "THIN_CLASSES"]
+__all__ = ["collect_comparison", "cell_outcome", "quality_of", "cells_machines", "machine_note", "THIN_CLASSES"]
 
 QUALITY_2D = ("miou", "boundary_iou", "boundary_fscore", "thin_iou")
 QUALITY_3D = ("mean_dice", "hd95", "surface_dice", "miou")
@@ -122,6 +122,7 @@ def collect_comparison(
     keys = QUALITY_GAN if gan else QUALITY_3D if plan.recipe["data"]["kind"] == "volumes" else QUALITY_2D
     finished: dict[str, dict[int, dict]] = {label: {} for label in plan.variants}
     spectra: dict[str, list] = {label: [] for label in plan.variants}  # generators: for compare_spectra.png
+    ran_on: dict[str, list[dict]] = {label: [] for label in plan.variants}  # machine, determinism, time
     missing = []
     for cell in plan.cells:
         summary, reason = cell_outcome(cell)
@@ -132,9 +133,13 @@ def collect_comparison(
             finished[cell.variant][cell.seed] = quality_of(summary["val"], present)
             spectra[cell.variant].append(summary.get("spectrum_generated"))
             spectra["real"] = [summary.get("spectrum_real")]
+            ran_on[cell.variant].append(summary)
     base = finished[plan.variants[plan.baseline]]
     rows = [
-        _row(label, finished[label], base, len(plan.seeds), i == plan.baseline)
+        {
+            **_row(label, finished[label], base, len(plan.seeds), i == plan.baseline),
+            **cells_machines(ran_on[label]),
+        }
         for i, label in enumerate(plan.variants)
         if finished[label]
     ]
@@ -144,6 +149,34 @@ def collect_comparison(
             row["spectrum_generated"] = _mean_spectrum(spectra[row["upsampler"]])
             row["spectrum_real"] = _mean_spectrum(spectra.get("real", []))
     return rows, missing
+
+
+def cells_machines(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where a variant's finished cells ran: ``machines`` (the kinds, sorted), ``deterministic``
+    (``True``, ``False`` or ``"mixed"``; ``None`` for runs that predate the record) and
+    ``train_seconds_by_machine`` (mean training time per kind: times of two kinds are never averaged)."""
+    from upzoo.machine import machine_kind
+
+    seconds: dict[str, list[float]] = {}
+    for summary in summaries:
+        seconds.setdefault(machine_kind(summary.get("machine")), []).append(float(summary.get("seconds", math.nan)))
+    flags = {summary.get("deterministic") for summary in summaries}
+    return {
+        "machines": sorted(seconds),
+        "deterministic": flags.pop() if len(flags) == 1 else "mixed",
+        "train_seconds_by_machine": {kind: statistics.fmean(values) for kind, values in sorted(seconds.items())},
+    }
+
+
+def machine_note(rows: list[dict[str, Any]]) -> str:
+    """A line for a table whose cells ran on more than one kind of machine ('' when one kind)."""
+    kinds = sorted({kind for row in rows for kind in row.get("machines", [])})
+    if len(kinds) <= 1:
+        return ""
+    return (
+        f"the cells ran on {len(kinds)} kinds of machine ({'; '.join(kinds)}): their training times are kept "
+        "apart (train_seconds_by_machine); the speed columns were measured here, interleaved"
+    )
 
 
 def _mean_spectrum(spectra: list) -> list[float] | None:
@@ -160,6 +193,7 @@ def _measure_speed(plan: Plan, rows: list[dict[str, Any]], device: str, amp: str
     from upzoo.bench.block_table import count_flops
     from upzoo.bench.model_table import bench_model
     from upzoo.bench.speed import inference_call, interleaved_fps
+    from upzoo.machine import machine_kind, machine_record
     from upzoo.models import ModelSpec, build_model
 
     if not rows:
@@ -182,4 +216,5 @@ def _measure_speed(plan: Plan, rows: list[dict[str, Any]], device: str, amp: str
             gflops=count_flops(model.cpu().eval(), torch.zeros(shape)) / 1e9,
             input=list(shape),
             amp=amp,
+            speed_machine=machine_kind(machine_record(device)),
         )

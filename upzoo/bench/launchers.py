@@ -25,6 +25,8 @@ from upzoo.errors import ConfigError, UpzooError
 
 __all__ = [
     "CellResult",
+    "parse_devices",
+    "check_devices",
     "launch_local",
     "launch_slurm",
     "SlurmOptions",
@@ -121,11 +123,56 @@ class _Worker:
             self.process.wait()
 
 
-def _worker_env(slot: int, jobs: int, devices: Sequence[str] | None) -> dict[str, str]:
+def parse_devices(text: str | None) -> list[str] | None:
+    """``--devices 0,1,2,3`` -> ``["0", "1", "2", "3"]`` (``None`` when not given).
+
+    Raises:
+        ConfigError: an empty entry, a non-number or a repeated GPU.
+    """
+    if text is None:
+        return None
+    devices = [d.strip() for d in str(text).split(",")]
+    bad = [d for d in devices if not d.isdigit()]
+    if bad or len(set(devices)) != len(devices):
+        raise ConfigError(
+            f"--devices must list distinct GPU numbers, e.g. 0,1,2,3, got {text!r}"
+            + (f" ({bad[0]!r} is not a GPU number)" if bad else " (a GPU named twice)")
+        )
+    return devices
+
+
+def check_devices(devices: Sequence[str] | None, jobs: int, nproc: int) -> None:
+    """Each of ``jobs`` workers gets ``nproc`` GPUs of its own (a DDP cell ``nproc`` processes):
+    ``devices`` must name exactly ``jobs x nproc`` GPUs that exist here.
+
+    Raises:
+        ConfigError: no CUDA here, a GPU that does not exist, or another count, with the fix.
+    """
+    if not devices:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"--devices {','.join(devices)}: no CUDA device is available here; leave --devices out")
+    count = torch.cuda.device_count()
+    missing = [d for d in devices if int(d) >= count]
+    if missing:
+        raise ConfigError(
+            f"--devices names GPU {missing[0]}, but this machine has {count} (0-{count - 1}); name GPUs that exist"
+        )
+    if len(devices) != jobs * nproc:
+        raise ConfigError(
+            f"--jobs {jobs} x --nproc {nproc} use {jobs * nproc} GPU(s), one per process, but --devices names "
+            f"{len(devices)} ({','.join(devices)}): name {jobs * nproc}, or change --jobs/--nproc"
+        )
+
+
+def _worker_env(slot: int, jobs: int, devices: Sequence[str] | None, nproc: int = 1) -> dict[str, str]:
+    """Worker ``slot``'s environment: its own ``nproc`` GPUs, or its share of the CPU's threads."""
     env = dict(os.environ)
     if devices:
-        env["CUDA_VISIBLE_DEVICES"] = str(devices[slot % len(devices)])
-    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(devices[slot * nproc : (slot + 1) * nproc])
+    threads = str(max(1, (os.cpu_count() or 1) // (jobs * nproc)))
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
     return env
 
@@ -146,10 +193,12 @@ def launch_local(
     """
     if jobs < 1 or retries < 0:
         raise ConfigError(f"jobs must be >= 1 and retries >= 0, got jobs={jobs}, retries={retries}")
+    nproc = max((cell.nproc for cell in plan.cells), default=1)
+    check_devices(devices, jobs, nproc)
     from tqdm import tqdm
 
     in_process = jobs == 1 and not devices
-    workers = [_Worker(_worker_env(slot, jobs, devices)) for slot in range(jobs)]
+    workers = [_Worker(_worker_env(slot, jobs, devices, nproc)) for slot in range(jobs)] if nproc == 1 else []
     slots: queue.Queue[int] = queue.Queue()
     for slot in range(jobs):
         slots.put(slot)
@@ -160,7 +209,7 @@ def launch_local(
         try:
             echo(f"start {cell.variant} seed {cell.seed} (worker {slot})")
             if cell.nproc > 1:  # a DDP cell: its own command launches torchrun
-                result = _run_subprocess(cell, _worker_env(slot, jobs, devices))
+                result = _run_subprocess(cell, _worker_env(slot, jobs, devices, cell.nproc))
             else:
                 result = _run_in_process(cell) if in_process else workers[slot].run(cell)
         finally:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["quality_keys", "display_rows", "evidence_chart", "write_comparison"]
+__all__ = ["quality_keys", "display_rows", "evidence_chart", "machine_lines", "write_comparison"]
 
 
 TITLES = {
@@ -107,6 +107,23 @@ def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
     plt.close(fig)
 
 
+def machine_lines(rows: list[dict[str, Any]]) -> str:
+    """Where the table's numbers came from: the kinds of machine the cells trained on (with their
+    mean training time, per kind), whether they were deterministic, and where speed was measured."""
+    trained = {}
+    for row in rows:
+        for kind, seconds in row.get("train_seconds_by_machine", {}).items():
+            trained.setdefault(kind, []).append(seconds)
+    lines = [
+        f"- trained on: {kind} (mean {sum(v) / len(v):.0f} s per cell)" for kind, v in sorted(trained.items())
+    ] or ["- trained on: not recorded"]
+    flags = sorted({str(row.get("deterministic")) for row in rows})
+    lines.append(f"- deterministic cells: {', '.join(flags)}")
+    speed = sorted({row["speed_machine"] for row in rows if row.get("speed_machine")})
+    lines.append(f"- speed and memory measured on: {', '.join(speed) or 'not measured'}")
+    return "\n".join(lines)
+
+
 def write_comparison(rows: list[dict[str, Any]], out: str | Path) -> tuple[list[dict[str, str]], list[str]]:
     """Write ``compare.json`` (every number), ``compare.csv`` and ``compare.md`` (the display table),
     ``compare.png`` (the chart) and, for generators, ``compare_spectra.png`` (each variant's mean
@@ -119,7 +136,7 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path) -> tuple[list[
     texts = {
         "compare.json": to_json(rows) + "\n",
         "compare.csv": render_table(table, columns, "csv") + "\n",
-        "compare.md": render_table(table, columns) + "\n",
+        "compare.md": render_table(table, columns) + "\n\n" + machine_lines(rows) + "\n",
     }
     for name, text in texts.items():
         atomic_write(out / name, lambda tmp, text=text: tmp.write_text(text))

@@ -119,7 +119,11 @@ def bench_model_command(
 @click.option("--plan-only", is_flag=True, help="Write plan.json and jobs.txt (one command per cell); train nothing.")
 @click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local", help="Where the cells run.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, help="local: cells at once (1: in this process).")
-@click.option("--devices", default=None, help="local: GPUs for the workers, e.g. 0,1,2,3 (one per worker).")
+@click.option(
+    "--devices",
+    default=None,
+    help="local: GPUs for the workers, e.g. 0,1,2,3: --jobs x --nproc of them, one per process.",
+)
 @click.option("--retries", type=click.IntRange(min=0, max=10), default=0, help="Re-launch failed cells this often.")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, help="Each cell a DDP training on this many processes.")
 @click.option("--partition", default=None, help="slurm: partition.")
@@ -157,6 +161,11 @@ def bench_compare_command(recipe, upsamplers, seeds, baseline, overrides, out_di
 
     check_device(device)
     loaded, variants, index = _compare_inputs(recipe, overrides, upsamplers, baseline)
+    from upzoo.bench.launchers import check_devices, parse_devices
+
+    gpus = parse_devices(devices)
+    if launcher == "local":
+        check_devices(gpus, jobs, nproc)  # before anything is planned or written
     out = Path(out_dir or default_run_dir("compare"))
     plan = plan_comparison(loaded, variants, out, seeds=seeds, baseline=index, nproc=nproc)
     write_plan(plan, out)
@@ -180,7 +189,6 @@ def bench_compare_command(recipe, upsamplers, seeds, baseline, overrides, out_di
     else:
         from upzoo.bench.launchers import launch_local
 
-        gpus = [d.strip() for d in devices.split(",") if d.strip()] if devices else None
         launch_local(plan, jobs=jobs, devices=gpus, retries=retries, echo=echo, progress=not no_progress)
     _collect_and_report(out, device, amp, rounds, as_json, as_csv)
 
@@ -206,11 +214,14 @@ def _compare_inputs(recipe, overrides, upsamplers, baseline):
 
 
 def _collect_and_report(out, device: str, amp: str, rounds: int, as_json: bool, as_csv: bool) -> None:
-    from upzoo.bench.collect import collect_comparison
+    from upzoo.bench.collect import collect_comparison, machine_note
     from upzoo.bench.report import write_comparison
     from upzoo.tables import to_json
 
     rows, missing = collect_comparison(out, device=device, amp=amp, rounds=rounds)
+    note = machine_note(rows)
+    if note:
+        click.echo(f"note: {note}", err=True)
     for item in missing:
         click.echo(f"missing: {item['variant']} seed {item['seed']}: {item['reason']} (log: {item['log']})", err=True)
     if not rows:

@@ -80,25 +80,28 @@ def train_command(
     import os
 
     from upzoo.recipe import load_recipe
+    from upzoo.runtime import resolve_device
+    from upzoo.train.distributed import check_nproc, distributed_environment
     from upzoo.train.resume import resume_recipe
 
     if recipe is None and resume_dir is None:
         raise UsageError("give a RECIPE to train, or --resume RUN_DIR to continue a run")
     if continue_ and (out_dir is None or resume_dir is not None):
         raise UsageError("--continue needs RECIPE and --out (the folder to continue), not --resume")
-    if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        out = resume_dir or out_dir or default_run_dir(recipe)
-        args = ["train"] + ([recipe] if recipe else []) + [a for o in overrides for a in ("--set", o)]
-        args += ["--resume", out] if resume_dir else ["--out", out]
-        args += ["--continue"] if continue_ else []
-        args += ["--no-progress"] if no_progress else []
-        sys.exit(_launch_torchrun(nproc, args))
+    _, world, _ = distributed_environment()  # torchrun's variables checked before any work
     if resume_dir is not None:
         loaded = resume_recipe(resume_dir, recipe, overrides)
         run_dir = resume_dir
     else:
         loaded = load_recipe(recipe, overrides)
         run_dir = out_dir or default_run_dir(recipe)
+    if nproc > 1 and world == 1:
+        check_nproc(nproc, resolve_device(loaded.train.device, "train.device"))
+        args = ["train"] + ([recipe] if recipe else []) + [a for o in overrides for a in ("--set", o)]
+        args += ["--resume", run_dir] if resume_dir else ["--out", run_dir]
+        args += ["--continue"] if continue_ else []
+        args += ["--no-progress"] if no_progress else []
+        sys.exit(_launch_torchrun(nproc, args))
     from upzoo.train.engine import train
 
     resume = "auto" if continue_ else resume_dir is not None

@@ -11,20 +11,23 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from upzoo.collectives import all_reduce_max, all_reduce_sum
+from upzoo.collectives import all_gather_floats, all_reduce_max, all_reduce_sum
 from upzoo.data.loading import iterate_loader
-from upzoo.errors import ConfigError
+from upzoo.errors import ConfigError, TrainingError
 
 __all__ = [
     "DistContext",
     "distributed_environment",
     "rank_device",
+    "check_nproc",
     "init_distributed",
     "finish_distributed",
     "resumable_batches",
     "ResumableSampler",
     "all_reduce_mean",
     "sync_buffers",
+    "wrap_ddp",
+    "ranks_in_sync",
     "any_rank",
 ]
 
@@ -104,6 +107,21 @@ def rank_device(device: torch.device, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank)
 
 
+def check_nproc(nproc: int, device: torch.device) -> None:
+    """``--nproc`` processes on ``device``: on CUDA one GPU each, so no more than are visible.
+
+    Raises:
+        ConfigError: more processes than CUDA devices, with the fix.
+    """
+    if device.type == "cuda" and nproc > torch.cuda.device_count():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        shown = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
+        raise ConfigError(
+            f"--nproc {nproc} puts one process on each GPU, but {torch.cuda.device_count()} CUDA device(s) are "
+            f"visible here{shown}: lower --nproc, or set train.device: cpu for processes on the CPU"
+        )
+
+
 def init_distributed(device: torch.device) -> DistContext:
     """Join the process group that torchrun describes in the environment (``WORLD_SIZE`` > 1).
 
@@ -149,6 +167,30 @@ def sync_buffers(module: torch.nn.Module, ctx: DistContext) -> None:
     if ctx.enabled:
         for buffer in module.buffers():
             dist.broadcast(buffer, src=0)
+
+
+def wrap_ddp(module: torch.nn.Module, ctx: DistContext) -> torch.nn.Module:
+    """``module`` in DistributedDataParallel under torchrun (on CUDA bound to this rank's GPU), else as it is."""
+    if not ctx.enabled:
+        return module
+    if ctx.device.type == "cuda":
+        return torch.nn.parallel.DistributedDataParallel(module, device_ids=[ctx.device.index])
+    return torch.nn.parallel.DistributedDataParallel(module)
+
+
+def ranks_in_sync(modules: dict[str, torch.nn.Module], ctx: DistContext) -> bool | None:
+    """Whether every rank holds exactly the same parameters (None in a single process).
+
+    Raises:
+        TrainingError: the ranks differ, with each rank's parameter sum.
+    """
+    if not ctx.enabled:
+        return None
+    total = sum(float(p.detach().double().sum()) for m in modules.values() for p in m.parameters())
+    gathered = all_gather_floats(total)
+    if any(g != gathered[0] for g in gathered):
+        raise TrainingError(f"DDP ranks hold different parameters at the end of training: {gathered}")
+    return True
 
 
 class ResumableSampler(Sampler[int]):

@@ -15,8 +15,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from upzoo.collectives import all_gather_floats
-from upzoo.errors import ConfigError, TrainingError
+from upzoo.errors import ConfigError
 from upzoo.figures import plot_curves
 from upzoo.machine import machine_record
 from upzoo.runs.checkpoint import load_checkpoint, load_weights, save_checkpoint
@@ -32,14 +31,17 @@ from upzoo.runtime import (
     seed_everything,
 )
 from upzoo.tables import to_json
+from upzoo.train.determinism import check_deterministic, restore_deterministic, use_deterministic
 from upzoo.train.distributed import (
     ResumableSampler,
     all_reduce_mean,
     any_rank,
     finish_distributed,
     init_distributed,
+    ranks_in_sync,
     resumable_batches,
     sync_buffers,
+    wrap_ddp,
 )
 from upzoo.train.loggers import extra_loggers
 from upzoo.train.monitor import Throughput, check_finite, check_finite_parameters
@@ -74,7 +76,9 @@ class Trainer:
         self.device = self.ctx.device  # cuda:LOCAL_RANK for a DDP rank on CUDA
         columns = ["step", "epoch", *task.step_columns, "lr", "samples_per_s", *task.eval_columns]
         self.run = RunFolder(run_dir, columns, resume=resume, lock=self.ctx.is_main)
-        seed_everything(self.cfg.seed, self.cfg.deterministic)
+        seed_everything(self.cfg.seed)
+        if self.cfg.deterministic:  # a model with an op CUDA cannot run deterministically is refused now
+            check_deterministic(task.modules, task.input_shapes(), self.device)
         self.step, self.epoch, self.best, self.run_id = 0, 0, float("-inf"), None
         self.last_eval: dict[str, Any] = {}
         self._last_eval_step = -1
@@ -91,15 +95,7 @@ class Trainer:
             module.to(self.device)
             if self.channels_last is not None:
                 module.to(memory_format=self.channels_last)
-            self._wrapped[name] = self._distributed(module)
-
-    def _distributed(self, module: nn.Module) -> nn.Module:
-        """``module`` wrapped in DDP under torchrun (on CUDA bound to this rank's GPU), else as it is."""
-        if not self.ctx.enabled:
-            return module
-        if self.device.type == "cuda":
-            return nn.parallel.DistributedDataParallel(module, device_ids=[self.device.index])
-        return nn.parallel.DistributedDataParallel(module)
+            self._wrapped[name] = wrap_ddp(module, self.ctx)
 
     def _build_optimizers(self) -> None:
         data = self.task.prepared.data
@@ -324,6 +320,7 @@ class Trainer:
 
             bar = tqdm(total=self.total_steps, initial=self.step, desc=self.task.kind, unit="step", dynamic_ncols=True)
         started = time.perf_counter()
+        kernels_before = use_deterministic(self.cfg.deterministic)
         try:
             with StopFlag() as stop:
                 last = self._train_steps(stop, bar)
@@ -332,6 +329,7 @@ class Trainer:
                     self.evaluate()  # the final model is always evaluated (a no-op if this step already was)
                 self.save("last.pt")
         finally:
+            restore_deterministic(kernels_before)
             if bar is not None:
                 bar.close()  # before any error line: the bar must not share its line
         return self._finish(last, interrupted, time.perf_counter() - started)
@@ -348,7 +346,7 @@ class Trainer:
             "world_size": self.ctx.world_size,
             "deterministic": self.cfg.deterministic,
             "machine": machine_record(self.device),
-            "ranks_in_sync": self._ranks_in_sync(),
+            "ranks_in_sync": ranks_in_sync(self.task.modules, self.ctx),
             "run_dir": str(self.run.path),
         }
         if self.ctx.is_main:
@@ -358,16 +356,6 @@ class Trainer:
         self.run.close()
         finish_distributed(self.ctx)
         return summary
-
-    def _ranks_in_sync(self) -> bool | None:
-        """Whether every rank holds exactly the same parameters (None in a single process)."""
-        if not self.ctx.enabled:
-            return None
-        total = sum(float(p.detach().double().sum()) for m in self.task.modules.values() for p in m.parameters())
-        gathered = all_gather_floats(total)
-        if any(g != gathered[0] for g in gathered):
-            raise TrainingError(f"DDP ranks hold different parameters at the end of training: {gathered}")
-        return True
 
 
 def train(

@@ -50,6 +50,10 @@ class Task:
         """The task's part of ``summary.json`` from the last step's values and the best evaluation."""
         return {}
 
+    def input_shapes(self) -> dict[str, tuple[tuple[int, ...], ...]]:
+        """The shapes of the inputs each module takes in a training step (a batch of 2)."""
+        return {"model": ((2, *self.prepared.data.train[0]["image"].shape),)}
+
 
 def cross_entropy(
     logits: torch.Tensor, target: torch.Tensor, *, weight: torch.Tensor | None = None, ignore_index: int = 255
@@ -229,6 +233,10 @@ class GanTask(Task):
     def eval_every(self, cfg: Any) -> int | None:
         return cfg.sample_every
 
+    def input_shapes(self) -> dict[str, tuple[tuple[int, ...], ...]]:
+        image = tuple(self.prepared.data.train[0]["image"].shape)
+        return {"generator": ((2, self.latent),), "discriminator": ((2, *image),)}
+
     def step(self, batch: dict, ctx: StepContext) -> dict[str, float]:
         real = ctx.to_device(batch["image"], image=True)
         n = real.shape[0]
@@ -287,5 +295,5 @@ def make_task(prepared: Prepared) -> Task:
     initial weights follow ``train.seed``."""
     from upzoo.runtime import seed_everything
 
-    seed_everything(prepared.recipe.train.seed, prepared.recipe.train.deterministic)
+    seed_everything(prepared.recipe.train.seed)
     return GanTask(prepared) if prepared.task == "gan" else SegmentationTask(prepared)
