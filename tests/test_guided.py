@@ -96,7 +96,8 @@ def sapa_reference(block, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
 BLOCKS = [
     ("fade", {}, fade_reference),
     ("fade", {"gate": False, "kernel_size": 3}, fade_reference),
-    ("sapa", {}, sapa_reference),
+    ("sapa", {}, sapa_reference),  # guide no wider than the embedding: the query projection folded
+    ("sapa", {"embedding_channels": 1}, sapa_reference),  # a wider guide: the queries projected
     ("sapa", {"variant": "inner", "kernel_size": 3}, sapa_reference),
     ("sapa", {"border": "masked"}, sapa_reference),
     ("sapa", {"variant": "inner", "kernel_size": 3, "border": "masked"}, sapa_reference),
@@ -114,8 +115,7 @@ def _block(name, options, scale, *, in_channels=3, out_channels=4, guide_channel
         out_channels=out_channels,
         scale=scale,
         guide_channels=guide_channels,
-        embedding_channels=6,
-        **options,
+        **{"embedding_channels": 6, **options},
     )
     return block.to(dtype)
 

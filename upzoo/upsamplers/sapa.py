@@ -13,7 +13,7 @@ from upzoo.errors import ConfigError
 from upzoo.layers import check_positive_int, conv_nd
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
-from upzoo.upsamplers.reassembly import default_kernel, pixel_unshuffle_nd, reassemble, windows
+from upzoo.upsamplers.reassembly import default_kernel, neighbourhoods, reassemble
 
 __all__ = ["SapaUpsampler"]
 
@@ -21,10 +21,17 @@ Variant = Literal["bilinear", "inner"]
 Border = Literal["zeros", "masked"]
 
 
-def _source_layout(q: torch.Tensor, scale: Sequence[int]) -> torch.Tensor:
-    """Channels-last ``(B, *S * scale, D) -> (B, *S, prod(scale), D)``: every output point's query at
-    its source point (sub-positions row-major, as :func:`pixel_unshuffle_nd`)."""
-    return pixel_unshuffle_nd(q.movedim(-1, 1), scale).movedim(1, -1).movedim(1, -2)
+def _source_layout(guide: torch.Tensor, scale: Sequence[int]) -> torch.Tensor:
+    """``(B, C, *S * scale) -> (B, *S, r, C)``, channels-last: every output point's guide at its
+    source point, sub-positions row-major (as :func:`upzoo.upsamplers.reassembly.pixel_unshuffle_nd`),
+    in one copy — before the point-wise LayerNorm and projection, which then need no copy of
+    their own."""
+    b, c, *big = guide.shape
+    n = len(scale)
+    small = [size // r for size, r in zip(big, scale)]
+    y = guide.reshape(b, c, *(v for size, r in zip(small, scale) for v in (size, r)))
+    y = y.permute(0, *(2 + 2 * a for a in range(n)), *(3 + 2 * a for a in range(n)), 1)  # (B, *S, *scale, C)
+    return y.reshape(b, *small, -1, c)
 
 
 @register_upsampler("sapa")
@@ -48,8 +55,10 @@ class SapaUpsampler(Upsampler):
 
     The paper's gated variant (SAPA-G) is not included. Everything runs at the input resolution
     (queries rearranged to their source points), and a 1x1 conv projects to ``out_channels`` when it
-    differs. 3D (anisotropic scales included) is upzoo's extension of the 2D paper: the same steps
-    over the ``k x k x k`` neighbourhood.
+    differs. When the guide is no wider than the embedding, SAPA-B's query projection is folded onto
+    the keys (``qᵀW_qᵀk = qᵀ(W_qᵀk)``): the same similarity up to rounding, at about SAPA-I's cost.
+    3D (anisotropic scales included) is upzoo's extension of the 2D paper: the same steps over the
+    ``k x k x k`` neighbourhood.
 
     Args:
         guide_channels: channels of the guide (the encoder skip).
@@ -111,20 +120,33 @@ class SapaUpsampler(Upsampler):
         """Softmax-normalised affiliation kernels ``(B, k^n, prod(scale), *S)``. Computed channels-last:
         the queries at their source points times the key neighbourhoods (keys zero-padded, so a
         neighbour outside has similarity 0: border "zeros")."""
-        q, k = self.norm_guide(guide.movedim(1, -1)), self.norm_x(x.movedim(1, -1))
-        if self.query is not None:
-            q, k = self.query(q), self.key(k)
-        similarity = self._similarity(_source_layout(q, self.scale), k)  # (B, *S, r, k^n)
+        q, k = self.norm_guide(_source_layout(guide, self.scale)), self.norm_x(x.movedim(1, -1))
+        if self.query is None:
+            similarity = self._similarity(q, k)  # (B, *S, r, k^n)
+        elif self.guide_channels <= self.query.out_features:
+            similarity = self._folded_similarity(q, self.key(k))
+        else:
+            similarity = self._similarity(self.query(q), self.key(k))
         if self.border == "masked":
             inside = self._similarity(torch.ones_like(k[:1, ..., :1]).unsqueeze(-2), torch.ones_like(k[:1, ..., :1]))
             similarity = similarity.masked_fill(inside == 0, float("-inf"))
         n = self.spatial_dims
         return similarity.softmax(dim=-1).permute(0, n + 2, n + 1, *range(1, n + 1))
 
+    def _folded_similarity(self, q: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """SAPA-B's similarity with the query projection moved onto the keys:
+        ``(W_q q + b_q)ᵀ k = qᵀ (W_qᵀ k) + b_qᵀ k``. The ``r``-times more numerous queries (one per
+        output point) are not projected at all, the keys at the input resolution are, into the
+        guide's width; used when that is no wider than the embedding (the same or less work and
+        memory: SAPA-B then costs about what SAPA-I does). Equal to the plain order up to rounding."""
+        folded = keys @ self.query.weight  # (B, *S, C_guide)
+        bias = (keys @ self.query.bias).unsqueeze(-1)  # (B, *S, 1): b_qᵀ k of every key
+        return self._similarity(q, folded) + neighbourhoods(bias, self.kernel_size).transpose(-1, -2)
+
     def _similarity(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """``queries (B, *S, r, D)`` against the zero-padded neighbourhoods of ``keys (B, *S, D)``:
-        ``(B, *S, r, k^n)``: one matmul."""
-        return torch.matmul(queries, windows(keys, self.kernel_size, range(1, keys.dim() - 1)))
+        ``(B, *S, r, k^n)``: one matmul (reading the neighbourhoods transposed, without a copy)."""
+        return torch.matmul(queries, neighbourhoods(keys, self.kernel_size).transpose(-1, -2))
 
     def upsample(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
         y = reassemble(x, self.kernels(x, guide), self.kernel_size, self.scale)
