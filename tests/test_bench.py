@@ -160,3 +160,23 @@ def test_cuda_measurements_use_the_allocator_statistics():
     peak = peak_memory(lambda: torch.ones(2**24, device="cuda"), device="cuda")
     assert peak.method == "torch.cuda.max_memory_allocated" and peak.mib >= 63
     assert measure_fps(nn.Conv2d(3, 3, 3).cuda(), (2, 3, 64, 64), device="cuda", iters=3)["fps"] > 0
+
+
+@pytest.mark.slow
+def test_the_gpu_record_script_runs_every_section(tmp_path):
+    """tools/bench_gpu.py in its --quick mode on the CPU: the script a GPU session runs once, with no
+    time to debug it there, has every section working (its figures mean nothing here)."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(root / "tools/bench_gpu.py"), "--device", "cpu", "--quick", "--steps", "4", "--rounds", "2"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    for header in ("## 1. blocks", "## 2. quickstart training throughput", "## 3. torch.compile", "## 4. two-process"):
+        assert header in done.stdout, done.stdout
+    assert "failed" not in done.stdout, done.stdout
+    assert "| sapa |" in done.stdout and "samples/s over both ranks" in done.stdout
+    assert "| training step |" in done.stdout

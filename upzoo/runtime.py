@@ -222,12 +222,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def autocast(amp: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """bfloat16/float16 autocast (float16 only on CUDA), or nothing."""
+def autocast(amp: str, device: torch.device, name: str = "train.amp") -> contextlib.AbstractContextManager:
+    """bfloat16/float16 autocast (float16 only on CUDA), or nothing; ``name`` is the setting an error
+    names."""
     if amp == "none":
         return contextlib.nullcontext()
     if amp == "fp16" and device.type != "cuda":
-        raise ConfigError("train.amp 'fp16' needs CUDA; on the CPU use 'bf16'")
+        raise ConfigError(f"{name} 'fp16' needs CUDA; on the CPU use 'bf16'")
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16)
 
 

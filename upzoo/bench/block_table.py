@@ -15,6 +15,7 @@ from upzoo.bench.memory import ensure_fits, estimate_training_bytes, peak_memory
 from upzoo.bench.speed import environment, time_call
 from upzoo.errors import ShapeError
 from upzoo.registry import UPSAMPLERS, create_upsampler, list_upsamplers
+from upzoo.runtime import autocast
 
 __all__ = ["BLOCK_COLUMNS", "count_flops", "check_block_input", "bench_blocks", "environment_line"]
 
@@ -71,14 +72,18 @@ def bench_blocks(
     runs: int = 5,
     names: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    amp: str = "none",
 ) -> list[dict[str, Any]]:
-    """One row per registered upsampler (that supports the input's dims) at the same input and scale.
+    """One row per registered upsampler (that supports the input's dims) at the same input and scale,
+    timed under ``amp`` autocast (``none``, ``bf16``, ``fp16`` on CUDA; the checkerboard score is
+    always float32).
 
     Raises:
         ShapeError: a shape that is not ``(B, C, H, W)`` or ``(B, C, D, H, W)``, or a block that would
             not fit in the free memory at this shape (estimated on the meta device first).
     """
     check_block_input(shape)
+    autocast(amp, torch.device(device), "--amp")  # an amp mode this device lacks fails before any block is built
     dims = len(shape) - 2
     rows = []
     for name in names or list_upsamplers(kind="upsampler"):
@@ -86,7 +91,7 @@ def bench_blocks(
             continue
         if progress:
             progress(name)
-        rows.append(_block_row(name, tuple(shape), scale, device, runs))
+        rows.append(_block_row(name, tuple(shape), scale, device, runs, amp))
     return rows
 
 
@@ -103,17 +108,21 @@ def _build_block(name: str, shape: tuple[int, ...], scale: int | Sequence[int], 
         return GuidedByFixedFeature.wrap(create_upsampler(name, **options).to(device))
 
 
-def _block_row(name: str, shape: tuple[int, ...], scale: int | Sequence[int], device: str, runs: int) -> dict:
+def _block_row(name: str, shape: tuple[int, ...], scale: int | Sequence[int], device: str, runs: int, amp: str) -> dict:
     block = _build_block(name, shape, scale, device)
     x = torch.randn(*shape, device=device)
     x_grad = x.clone().requires_grad_(True)
 
     def fwd_bwd():
-        y = block(x_grad)
+        with autocast(amp, torch.device(device)):
+            y = block(x_grad)
         y.backward(torch.ones_like(y))
 
-    with torch.no_grad():
-        forward = time_call(lambda: block(x), warmup=2, runs=runs, device=device)
+    def forward_only():
+        with torch.no_grad(), autocast(amp, torch.device(device)):
+            block(x)
+
+    forward = time_call(forward_only, warmup=2, runs=runs, device=device)
     both = time_call(fwd_bwd, warmup=2, runs=runs, device=device)
     row = {
         "block": name,

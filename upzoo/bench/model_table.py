@@ -30,6 +30,7 @@ def bench_model(
 
     from upzoo.runtime import autocast, main_output
 
+    autocast(amp, torch.device(device), "--amp")  # fp16 on the CPU: refused before any work
     ensure_fits(estimate_training_bytes(model, tuple(input_shape)), f"a training step at input {tuple(input_shape)}")
     fps = measure_fps(model, tuple(input_shape), device=device, iters=runs, amp=amp, channels_last=channels_last)
     x = torch.randn(*input_shape, device=device)

@@ -20,11 +20,12 @@ def bench() -> None:
 @click.option("--scale", default="2", help="Int or per-axis, e.g. 1,2,2.")
 @click.option("--device", default="cpu", help="cpu or cuda.")
 @click.option("--runs", type=click.IntRange(min=1), default=5, help="Timed runs per measurement.")
+@click.option("--amp", type=click.Choice(["none", "bf16", "fp16"]), default="none", help="Autocast dtype (fp16: CUDA).")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV output.")
-def bench_blocks_command(shape: str, scale: str, device: str, runs: int, as_json: bool, as_csv: bool) -> None:
-    """Every registered upsampler at one input: params, GFLOPs, forward and forward+backward time,
-    peak memory of forward+backward, and the checkerboard score of the fresh block."""
+def bench_blocks_command(shape: str, scale: str, device: str, runs: int, amp: str, as_json: bool, as_csv: bool) -> None:
+    """Every registered upsampler at one input: params, GFLOPs, forward and forward+backward time
+    and peak memory (under --amp autocast), and the checkerboard score of the fresh block."""
     from upzoo.bench.block_table import BLOCK_COLUMNS, bench_blocks, check_block_input, environment_line
     from upzoo.layers import to_ntuple
 
@@ -33,12 +34,13 @@ def bench_blocks_command(shape: str, scale: str, device: str, runs: int, as_json
     check_block_input(dims)
     scales = parse_scale(scale)
     to_ntuple(scales, len(dims) - 2, "--scale")
-    click.echo(f"{environment_line(device)}; input {shape}, scale {scale}, median of {runs}", err=True)
+    click.echo(f"{environment_line(device)}; input {shape}, scale {scale}, amp {amp}, median of {runs}", err=True)
     rows = bench_blocks(
         dims,
         scale=scales,
         device=device,
         runs=runs,
+        amp=amp,
         progress=lambda name: click.echo(f"measuring {name} ...", err=True),
     )
     from upzoo.machine import machine_kind, machine_record
