@@ -170,10 +170,8 @@ def test_the_gpu_record_script_runs_every_section(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run(
-        [sys.executable, str(root / "tools/bench_gpu.py"), "--device", "cpu", "--quick", "--steps", "4", "--rounds", "2"],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
-    )  # fmt: skip
+    command = [sys.executable, str(root / "tools/bench_gpu.py"), "--device", "cpu", "--quick", "--steps", "4"]
+    done = subprocess.run([*command, "--rounds", "2"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     for header in ("## 1. blocks", "## 2. quickstart training throughput", "## 3. torch.compile", "## 4. two-process"):
         assert header in done.stdout, done.stdout
