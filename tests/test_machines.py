@@ -281,3 +281,19 @@ def test_a_comparison_over_several_kinds_of_machine_says_so():
     note = machine_note([{"variant": "a", **a}, {"variant": "b", **b}])
     assert "2 kinds of machine (AMD EPYC [avx512]; Intel Xeon [avx512])" in note
     assert machine_note([{"variant": "a", **a}]) == ""
+
+
+def test_the_comparison_table_says_where_its_numbers_came_from():
+    from upzoo.bench.report import machine_lines
+
+    rows = [
+        {"train_seconds_by_machine": {"AMD EPYC [avx512]": 100.0}, "deterministic": True, "speed_machine": "Xeon"},
+        {"train_seconds_by_machine": {"AMD EPYC [avx512]": 50.0, "Intel Xeon [avx2]": 30.0}, "deterministic": False},
+    ]
+    assert machine_lines(rows).splitlines() == [
+        "- trained on: AMD EPYC [avx512] (mean 75 s per cell)",
+        "- trained on: Intel Xeon [avx2] (mean 30 s per cell)",
+        "- deterministic cells: False, True",
+        "- speed and memory measured on: Xeon",
+    ]
+    assert machine_lines([{}])[: len("- trained on: not recorded")] == "- trained on: not recorded"
