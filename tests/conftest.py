@@ -74,6 +74,19 @@ def small_volume_recipe(cache_dir: str, **data) -> dict:
     }
 
 
+@pytest.fixture(scope="session")
+def seg_run(tmp_path_factory):
+    """One small trained 2D segmentation run shared by the modules that only read it (trained once per
+    test run): ``RUN`` with its embedded data in ``RUN/../cache`` (3 validation scenes, 3 steps)."""
+    from upzoo.recipe import parse_recipe
+    from upzoo.train.engine import train
+
+    root = tmp_path_factory.mktemp("shared-seg")
+    recipe = small_recipe(root / "cache", data={"synthetic_val": 3, "crop_size": [32, 64]}, train={"max_steps": 3})
+    train(parse_recipe(recipe), root / "run", progress=False)
+    return root / "run"
+
+
 def run_cli(*args: str):
     """``upzoo ARGS`` through the console script's ``main`` in this process (no interpreter start-up),
     as a ``CompletedProcess`` with the exit code, stdout and stderr."""

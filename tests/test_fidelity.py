@@ -54,12 +54,9 @@ def one_line_error(capsys) -> str:
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("fid")
-    recipe = small_recipe(root / "cache", data={"synthetic_val": 2}, train={"max_steps": 2})
-    train(parse_recipe(recipe), root / "run", progress=False)
-    return root / "run"
+@pytest.fixture
+def run_dir(seg_run) -> Path:
+    return seg_run  # the test run's shared trained run (tests/conftest.py)
 
 
 def _image(run: Path) -> Path:

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import run_cli, small_recipe
+from conftest import run_cli
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.metrics.generative import NO_FEATURES, RealImages
 from upzoo.recipe import parse_recipe
@@ -33,13 +33,6 @@ def gan_recipe(cache: Path, **eval_section) -> dict:
         "train": {"max_steps": 2, "sample_every": 2, "discriminator_base_channels": 4},
         "eval": {"gan_images": 16, **eval_section},
     }
-
-
-@pytest.fixture(scope="module")
-def seg_run(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("seg")
-    train(parse_recipe(small_recipe(str(root / "cache"))), root / "run", progress=False)
-    return root / "run"
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
-from conftest import small_recipe, small_volume_recipe
+from conftest import small_volume_recipe
 from upzoo.cli.group import cli
 from upzoo.errors import ConfigError, DataError
 from upzoo.inference import Predictor, load_model
@@ -30,18 +30,6 @@ def _run(args: list[str]):
     except SystemExit as exc:
         return exc.code
     return 0
-
-
-@pytest.fixture(scope="module")
-def seg_run(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("seg")
-    recipe = small_recipe(
-        root / "cache",
-        data={"synthetic_val": 3, "crop_size": [32, 64]},
-        train={"max_steps": 3},
-    )
-    train(parse_recipe(recipe), root / "run", progress=False)
-    return root / "run"
 
 
 def _val_images(run: Path) -> list[Path]:

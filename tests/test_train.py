@@ -418,8 +418,10 @@ def test_quickstart_reaches_a_miou_well_above_a_trivial_baseline(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     val = json.loads(result.stdout)["val"]
-    # over all 19 classes (every one is in the validation scenes); the README states the measured run
-    assert val["miou"] > 0.42 and val["pixel_accuracy"] > 0.8 and len(val["per_class_iou"]) == 19
+    # over all 19 classes (every one is in the validation scenes). The README's spread over seeds and CPU
+    # kernels is 0.44-0.49 (0.43 on another machine), 12-14 classes, Boundary IoU 0.37-0.42: the bounds
+    # sit below it by a margin for machines not measured, far above an untrained or collapsed model
+    assert val["miou"] > 0.40 and val["pixel_accuracy"] > 0.8 and len(val["per_class_iou"]) == 19
     assert sum(iou >= 0.2 for iou in val["per_class_iou"].values()) >= 11 and val["boundary_iou"] > 0.3
 
 
