@@ -6,7 +6,8 @@ Up-convolutions leave their mark in the spectrum's high frequencies (Durall et a
 up-convolution", CVPR 2020; Frank et al., ICML 2020; Dzanic et al., NeurIPS 2020; Chandrasegaran et
 al., CVPR 2021: changing only the last upsampling layer changes the high-frequency decay).
 
-Definitions (images ``(N, C, H, W)``, values in [0, 1] or uint8 0..255, scaled to [0, 1]):
+Definitions (square images ``(N, C, N, N)``, values in [0, 1] or uint8 0..255, scaled to [0, 1]; images
+that are not square are refused, since one set of rings cannot reach both axes' Nyquist frequency):
 
 - Each image is averaged over its channels (luminance-free grey), its 2D DFT taken, and the power
   ``|F(u, v)|^2 / (H W)`` averaged over rings of integer radius ``r = round(sqrt(u^2 + v^2))``
@@ -16,7 +17,7 @@ Definitions (images ``(N, C, H, W)``, values in [0, 1] or uint8 0..255, scaled t
   ``s^2`` has the flat spectrum ``s^2``; a pure checkerboard puts all its power in the corner ring.
 - The spectral error (Schwarz et al., "On the Frequency Bias of Generative Models", NeurIPS 2021):
   ``e(r) = S_gen(r) / S_real(r) - 1`` per ring, and its summary, the mean ``|e(r)|`` over the upper
-  half of the frequencies (rings above half the Nyquist radius, ``r > min(H, W) / 4``).
+  half of the frequencies (rings above half the Nyquist radius, ``r > N / 4``).
 - The high-frequency decay (after Dzanic et al. 2020): a least-squares fit of
   ``log10 S(r) = log10 a - b log10 r`` over the rings from 0.75 to 1.0 of the Nyquist radius, of the
   spectrum normalised to unit total power; ``b`` is the decay (larger: faster fall-off), ``a`` the
@@ -90,7 +91,11 @@ class RadialSpectrum:
         self.count = 0
 
     def update(self, images: torch.Tensor) -> None:
-        """Add a batch ``(N, C, H, W)`` (every batch of one size)."""
+        """Add a batch ``(N, C, H, W)`` of square images (every batch of one size).
+
+        Raises:
+            ShapeError: images that are not square, or not of the size of the earlier batches.
+        """
         x = as_unit_images(images).mean(1)  # float64 input stays float64; the sums are float64 anyway
         size = tuple(x.shape[-2:])
         if self.size is None:
@@ -102,6 +107,11 @@ class RadialSpectrum:
             self.total = torch.zeros_like(self.ring_area)
         elif size != self.size:
             raise ShapeError(f"all images of a spectrum need one size: {self.size} so far, then {size}")
+        if size[0] != size[1]:
+            raise ShapeError(
+                f"the radial spectrum is defined on square images (rings up to the one Nyquist radius of both "
+                f"axes), got {size[0]}x{size[1]}: crop or resize the images to NxN first"
+            )
         spectrum = torch.fft.rfft2(x)
         power = (spectrum.real.square() + spectrum.imag.square()).sum(0, dtype=torch.float64) / (size[0] * size[1])
         summed = (power * self.weights).flatten()
