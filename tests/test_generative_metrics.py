@@ -251,6 +251,49 @@ def test_kid_over_subsets_equals_torchmetrics_loop_with_the_same_draws():
     assert abs(std - float(expected.std(unbiased=False))) <= 1e-6 * scale
 
 
+def test_kid_of_one_tensor_twice_equals_that_of_its_copy():
+    # the cross term is never "symmetric" because both arguments are the same object
+    features = torch.randn(200, 16, generator=torch.Generator().manual_seed(1))
+    same = kernel_distance(features, features, subsets=5, subset_size=100)
+    copy = kernel_distance(features, features.clone(), subsets=5, subset_size=100)
+    assert same == pytest.approx(copy, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("real", "generated", "message"),
+    [
+        (
+            torch.full((10, 4), float("nan")),
+            torch.rand(10, 4),
+            "real features must be finite floats, got torch.float32 with 40 NaN/inf",
+        ),
+        (
+            torch.rand(10, 4),
+            torch.rand(10, 4).index_fill(0, torch.tensor([2]), float("inf")),
+            "generated features must be finite floats",
+        ),
+        (torch.full((10, 4), 1e200, dtype=torch.float64), torch.rand(10, 4), r"reach 1e\+200, beyond 1e\+06"),
+        (torch.rand(10), torch.rand(10, 4), r"real features must be a tensor \(N, D\) with N >= 2, got \(10,\)"),
+        (torch.rand(10, 4), torch.rand(2, 10, 4), r"got \(2, 10, 4\)"),
+        (torch.rand(10, 4), [[1.0]], "got list"),
+        (torch.rand(10, 4), torch.rand(10, 5), "differ in width: 4 and 5; take both from one extractor"),
+    ],
+)
+def test_bad_feature_sets_are_refused_by_kid_and_fd(real, generated, message):
+    with pytest.raises(ShapeError, match=message):
+        kernel_distance(real, generated, subsets=2, subset_size=5)
+    with pytest.raises(ShapeError, match=message):
+        frechet_distance(real, generated)
+
+
+@pytest.mark.parametrize(("options", "message"), [({"subsets": 0}, "subsets must be a whole number >= 1, got 0"),
+                                                   ({"subset_size": 1}, "subset_size must be a whole number >= 2"),
+                                                   ({"subsets": 2.5}, "got 2.5")])  # fmt: skip
+def test_kid_subsets_are_checked(options, message):
+    with pytest.raises(ShapeError, match=message):
+        kernel_distance(torch.rand(10, 4), torch.rand(10, 4), **{"subsets": 2, "subset_size": 5, **options})
+
+
 def test_fd_equals_torchmetrics_fid_with_the_same_features(feature_sets):
     from torchmetrics.image.fid import FrechetInceptionDistance
 

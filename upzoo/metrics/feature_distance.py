@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -132,8 +133,45 @@ def encoder_features(run: str | Path, device: str = "cpu") -> FeatureExtractor:
     return FeatureExtractor(f"{Path(run).name} encoder", extract)
 
 
+#: ``(x.y / D + 1)^3`` of features this large stays below float32's 3.4e38.
+_LARGEST_FEATURE = 1e6
+
+
+def check_feature_sets(real: Any, generated: Any) -> None:
+    """Two feature sets ``(N, D)`` of one width ``D``, of at least two rows, with finite values.
+
+    Raises:
+        ShapeError: naming the set and what came.
+    """
+    for what, features in (("real", real), ("generated", generated)):
+        if not isinstance(features, torch.Tensor) or features.ndim != 2 or len(features) < 2:
+            shape = tuple(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__
+            raise ShapeError(f"the {what} features must be a tensor (N, D) with N >= 2, got {shape}")
+        if not features.dtype.is_floating_point or not bool(torch.isfinite(features).all()):
+            raise ShapeError(
+                f"the {what} features must be finite floats, got {features.dtype} with "
+                f"{int((~torch.isfinite(features.double())).sum())} NaN/inf value(s): "
+                f"check the extractor and the images"
+            )
+        if float(features.abs().max()) > _LARGEST_FEATURE:
+            raise ShapeError(
+                f"the {what} features reach {float(features.abs().max()):.3g}, beyond {_LARGEST_FEATURE:g}: KID's "
+                f"cubic kernel would overflow float32; scale the features down"
+            )
+    if real.shape[1] != generated.shape[1]:
+        raise ShapeError(
+            f"the real and generated features differ in width: {real.shape[1]} and {generated.shape[1]}; "
+            f"take both from one extractor"
+        )
+
+
 def frechet_distance(real: torch.Tensor, generated: torch.Tensor) -> float:
-    """The Fréchet distance of two feature sets ``(N, D)`` (see the module), in float64."""
+    """The Fréchet distance of two feature sets ``(N, D)`` (see the module), in float64.
+
+    Raises:
+        ShapeError: features that are not two ``(N, D)`` sets of one width with finite values.
+    """
+    check_feature_sets(real, generated)
     mu_r, mu_g = real.double().mean(0), generated.double().mean(0)
     cov_r, cov_g = torch.cov(real.double().T), torch.cov(generated.double().T)
     covmean_trace = torch.linalg.eigvals(cov_r @ cov_g).sqrt().real.sum()
@@ -145,13 +183,15 @@ def _kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a @ b.T).div_(a.shape[1]).add_(1).pow_(3)
 
 
-def _subset_sums(a: torch.Tensor, b: torch.Tensor, pick_a: torch.Tensor, pick_b: torch.Tensor) -> torch.Tensor:
+def _subset_sums(
+    a: torch.Tensor, b: torch.Tensor, pick_a: torch.Tensor, pick_b: torch.Tensor, *, symmetric: bool
+) -> torch.Tensor:
     """For every subset ``s``: the sum of ``k(a_i, b_j)`` over ``i`` in subset ``s`` of ``a`` (the 0/1
-    columns of ``pick_a``, ``(N_a, S)``) and ``j`` in subset ``s`` of ``b``; when ``b`` is ``a``, over
-    pairs ``i != j``. The kernel is computed once, a block of rows at a time (for ``a`` = ``b`` only
-    its upper triangle), and every subset's sum of a block comes out of one float32 product with the
-    subset columns (instead of one kernel per subset); the blocks' sums are accumulated in float64."""
-    symmetric = a is b
+    columns of ``pick_a``, ``(N_a, S)``) and ``j`` in subset ``s`` of ``b``; ``symmetric`` (``b`` is the
+    set ``a`` itself, said by the caller, never inferred from identity), over pairs ``i != j``. The
+    kernel is computed once, a block of rows at a time (symmetric: only its upper triangle), and
+    every subset's sum of a block comes out of one float32 product with the subset columns (instead
+    of one kernel per subset); the blocks' sums are accumulated in float64."""
     totals = torch.zeros(pick_a.shape[1], dtype=torch.float64)
     weights_b = pick_b.float()
     for start in range(0, len(a), _BLOCK):
@@ -176,8 +216,13 @@ def kernel_distance(
     float32, accumulated in float64.
 
     Raises:
-        ShapeError: fewer features than ``subset_size`` in a set.
+        ShapeError: features that are not two ``(N, D)`` sets of one width with finite values, fewer
+            than ``subset_size`` in a set, or ``subsets``/``subset_size`` not whole numbers >= 1/2.
     """
+    check_feature_sets(real, generated)
+    for name, value, least in (("subsets", subsets, 1), ("subset_size", subset_size, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ShapeError(f"KID {name} must be a whole number >= {least}, got {value!r}")
     for what, features in (("real", real), ("generated", generated)):
         if len(features) < subset_size:
             raise ShapeError(
@@ -192,9 +237,9 @@ def kernel_distance(
         picks[1][torch.randperm(len(generated), generator=generator)[:subset_size], s] = 1.0
     real, generated = real.float(), generated.float()
     m = subset_size
-    xx = _subset_sums(real, real, picks[0], picks[0])
-    yy = _subset_sums(generated, generated, picks[1], picks[1])
-    xy = _subset_sums(real, generated, picks[0], picks[1])
+    xx = _subset_sums(real, real, picks[0], picks[0], symmetric=True)
+    yy = _subset_sums(generated, generated, picks[1], picks[1], symmetric=True)
+    xy = _subset_sums(real, generated, picks[0], picks[1], symmetric=False)  # also when both are one tensor
     values = (xx + yy) / (m * (m - 1)) - 2 * xy / m**2
     return float(values.mean()), float(values.std(correction=0)) if subsets > 1 else 0.0
 
