@@ -98,6 +98,11 @@ class RadialSpectrum:
         """
         x = as_unit_images(images).mean(1)  # float64 input stays float64; the sums are float64 anyway
         size = tuple(x.shape[-2:])
+        if size[0] != size[1]:
+            raise ShapeError(
+                f"the radial spectrum is defined on square images (rings up to the one Nyquist radius of both "
+                f"axes), got {size[0]}x{size[1]}: crop or resize the images to NxN first"
+            )
         if self.size is None:
             self.size = size
             self.rings = _ring_index(*size, x.device)
@@ -107,11 +112,6 @@ class RadialSpectrum:
             self.total = torch.zeros_like(self.ring_area)
         elif size != self.size:
             raise ShapeError(f"all images of a spectrum need one size: {self.size} so far, then {size}")
-        if size[0] != size[1]:
-            raise ShapeError(
-                f"the radial spectrum is defined on square images (rings up to the one Nyquist radius of both "
-                f"axes), got {size[0]}x{size[1]}: crop or resize the images to NxN first"
-            )
         spectrum = torch.fft.rfft2(x)
         power = (spectrum.real.square() + spectrum.imag.square()).sum(0, dtype=torch.float64) / (size[0] * size[1])
         summed = (power * self.weights).flatten()
