@@ -317,3 +317,17 @@ def test_davis_fmeasure_equals_a_port_of_davis_f_measure(bound_th):
             assert per_frame[n, c].item() == pytest.approx(expected, abs=1e-12), (n, c)
     torch.testing.assert_close(mean, per_frame.mean(0))
     assert mean.dtype == torch.float64 and per_frame[-1].tolist() == [1.0, 1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "spacing",
+    [(0, 1, 1), (-1.0, 1, 1), (float("nan"), 1, 1), (float("inf"), 1, 1), (1e300, 1, 1), ("a", 1, 1),
+     (True, 1, 1), 1.0, None, ()],
+)  # fmt: skip
+def test_surface_metrics_refuse_a_spacing_that_is_not_positive_finite_mm(spacing):
+    # spacing 0 used to give HD95 0 and surface Dice 1: a silent number
+    labels = np.zeros((4, 6, 6), dtype=np.int64)
+    labels[1:3, 1:4, 1:4] = 1
+    for metric in (hausdorff95, lambda p, t, k, spacing: surface_dice(p, t, k, spacing=spacing, tolerance_mm=1.0)):
+        with pytest.raises(ShapeError, match=r"spacing must give each axis a positive finite size in mm .* got "):
+            metric(labels, labels, 2, spacing=spacing)

@@ -102,6 +102,7 @@ def _nsd(distances: tuple[np.ndarray, np.ndarray], tolerance_mm: float) -> float
 def _per_class(pred, target, num_classes: int, spacing, fn, empty=float("nan")) -> torch.Tensor:
     """``fn`` of each class's distances: ``(K, ...)`` for one map, ``(N, K, ...)`` for a batch."""
     num_classes = check_num_classes(num_classes)
+    _check_spacing(spacing)
     batched = _is_batch(pred, spacing)
     pred, target, spacings = _as_numpy(pred, target, spacing)
     per_volume = []
@@ -122,6 +123,37 @@ def _is_batch(pred: Any, spacing: Any) -> bool:
 def _axes(spacing: Any) -> int:
     first = next(iter(spacing), None)
     return len(first) if isinstance(first, (list, tuple, np.ndarray)) else len(spacing)
+
+
+#: The largest voxel spacing taken, in mm (10 m): beyond it a value is a unit mistake, not a voxel.
+_LARGEST_SPACING_MM = 1e4
+
+
+def _check_spacing(spacing: Any) -> None:
+    """A spacing per axis, or one per map: positive finite numbers in mm, at most 1e4.
+
+    Raises:
+        ShapeError: a spacing of another kind, naming what came.
+    """
+    sequence = (list, tuple, np.ndarray, torch.Tensor)
+    rows = spacing if isinstance(spacing, sequence) and len(spacing) and isinstance(spacing[0], sequence) else [spacing]
+    for row in rows:
+        values = list(row) if isinstance(row, sequence) else None
+        good = bool(values) and all(
+            isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+            and 0 < float(v) <= _LARGEST_SPACING_MM for v in values
+        )  # fmt: skip
+        if not good:
+            plain = (int, float, np.integer, np.floating)
+            shown = (
+                tuple(float(v) if isinstance(v, plain) and not isinstance(v, bool) else v for v in values)
+                if values
+                else row
+            )
+            raise ShapeError(
+                f"spacing must give each axis a positive finite size in mm (at most {_LARGEST_SPACING_MM:g}), "
+                f"as a sequence (or one per map), got {shown!r}"
+            )
 
 
 def _as_numpy(pred, target, spacing) -> tuple[np.ndarray, np.ndarray, list]:
