@@ -331,3 +331,12 @@ def test_surface_metrics_refuse_a_spacing_that_is_not_positive_finite_mm(spacing
     for metric in (hausdorff95, lambda p, t, k, spacing: surface_dice(p, t, k, spacing=spacing, tolerance_mm=1.0)):
         with pytest.raises(ShapeError, match=r"spacing must give each axis a positive finite size in mm .* got "):
             metric(labels, labels, 2, spacing=spacing)
+
+
+def test_surface_metrics_take_a_spacing_as_a_tuple_an_array_or_a_tensor():
+    pred, target = np.zeros((4, 6, 6), dtype=np.int64), np.zeros((4, 6, 6), dtype=np.int64)
+    pred[1:3, 1:4, 1:4], target[1:3, 1:3, 1:4] = 1, 1
+    expected = hausdorff95(pred, target, 2, spacing=(5.0, 0.8, 0.8))
+    assert float(expected[1]) == pytest.approx(0.8)  # one row of voxels 0.8 mm away
+    for spacing in (np.array([5.0, 0.8, 0.8]), torch.tensor([5.0, 0.8, 0.8], dtype=torch.float64), [5, 0.8, 0.8]):
+        assert torch.equal(hausdorff95(pred, target, 2, spacing=spacing), expected)

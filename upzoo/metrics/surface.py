@@ -135,10 +135,11 @@ def _check_spacing(spacing: Any) -> None:
     Raises:
         ShapeError: a spacing of another kind, naming what came.
     """
+    spacing = spacing.tolist() if isinstance(spacing, (torch.Tensor, np.ndarray)) else spacing
     sequence = (list, tuple, np.ndarray, torch.Tensor)
     rows = spacing if isinstance(spacing, sequence) and len(spacing) and isinstance(spacing[0], sequence) else [spacing]
     for row in rows:
-        values = list(row) if isinstance(row, sequence) else None
+        values = [v.item() if isinstance(v, torch.Tensor) else v for v in row] if isinstance(row, sequence) else None
         good = bool(values) and all(
             isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
             and 0 < float(v) <= _LARGEST_SPACING_MM for v in values
