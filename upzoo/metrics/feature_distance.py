@@ -133,6 +133,12 @@ def encoder_features(run: str | Path, device: str = "cpu") -> FeatureExtractor:
     return FeatureExtractor(f"{Path(run).name} encoder", extract)
 
 
+def _check_kid_options(subsets: Any, subset_size: Any) -> None:
+    for name, value, least in (("subsets", subsets, 1), ("subset_size", subset_size, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ShapeError(f"KID {name} must be a whole number >= {least}, got {value!r}")
+
+
 #: ``(x.y / D + 1)^3`` of features this large stays below float32's 3.4e38.
 _LARGEST_FEATURE = 1e6
 
@@ -153,9 +159,10 @@ def check_feature_sets(real: Any, generated: Any) -> None:
                 f"{int((~torch.isfinite(features.double())).sum())} NaN/inf value(s): "
                 f"check the extractor and the images"
             )
-        if float(features.abs().max()) > _LARGEST_FEATURE:
+        largest = float(features.abs().max())
+        if largest > _LARGEST_FEATURE:
             raise ShapeError(
-                f"the {what} features reach {float(features.abs().max()):.3g}, beyond {_LARGEST_FEATURE:g}: KID's "
+                f"the {what} features reach {largest:.3g}, beyond {_LARGEST_FEATURE:g}: KID's "
                 f"cubic kernel would overflow float32; scale the features down"
             )
     if real.shape[1] != generated.shape[1]:
@@ -220,9 +227,7 @@ def kernel_distance(
             than ``subset_size`` in a set, or ``subsets``/``subset_size`` not whole numbers >= 1/2.
     """
     check_feature_sets(real, generated)
-    for name, value, least in (("subsets", subsets, 1), ("subset_size", subset_size, 2)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ShapeError(f"KID {name} must be a whole number >= {least}, got {value!r}")
+    _check_kid_options(subsets, subset_size)
     for what, features in (("real", real), ("generated", generated)):
         if len(features) < subset_size:
             raise ShapeError(
@@ -255,9 +260,7 @@ class FeatureDistances:
     """
 
     def __init__(self, extractor: FeatureExtractor, subsets: int = 100, subset_size: int = 1000, seed: int = 0):
-        for name, value, least in (("subsets", subsets, 1), ("subset_size", subset_size, 2)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ShapeError(f"KID {name} must be a whole number >= {least}, got {value!r}")
+        _check_kid_options(subsets, subset_size)
         self.extractor, self.subsets, self.subset_size, self.seed = extractor, subsets, subset_size, seed
         self.features: dict[bool, list[torch.Tensor]] = {True: [], False: []}
 

@@ -145,12 +145,7 @@ def _check_spacing(spacing: Any) -> None:
             and 0 < float(v) <= _LARGEST_SPACING_MM for v in values
         )  # fmt: skip
         if not good:
-            plain = (int, float, np.integer, np.floating)
-            shown = (
-                tuple(float(v) if isinstance(v, plain) and not isinstance(v, bool) else v for v in values)
-                if values
-                else row
-            )
+            shown = tuple(values) if values else row
             raise ShapeError(
                 f"spacing must give each axis a positive finite size in mm (at most {_LARGEST_SPACING_MM:g}), "
                 f"as a sequence (or one per map), got {shown!r}"
