@@ -444,7 +444,7 @@ def test_channel_count_is_checked(tmp_path):
     [
         ([1, 2], "expected a JSON object with a 'training' list, got a list"),
         ({"training": [], "labels": {"zero": "bg"}}, "'labels' keys must be class indices"),
-        ({"training": [], "spacing": "5.0"}, "'spacing' must be three positive numbers"),
+        ({"training": [], "spacing": "5.0"}, "'spacing' must be 3 positive finite voxel sizes in mm"),
         ({"training": [], "validation_count": "1"}, "'validation_count' must be a whole number"),
         ({"training": [{"image": "/etc/hostname", "label": "labelsTr/x.nii.gz"}]}, "points outside the dataset folder"),
         ({"training": [{"image": "../x.nii.gz", "label": "labelsTr/x.nii.gz"}]}, "set data.allow_outside_root: true"),

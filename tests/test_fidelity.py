@@ -302,7 +302,7 @@ def test_public_constructors_and_functions_check_their_arguments():
             with pytest.warns() if kwargs else _no_warning():
                 g = DCGANGenerator(8, 3, resolution, base_channels=4, **kwargs)
             assert g(torch.randn(2, 8)).shape == (2, 3, resolution, resolution)
-    with pytest.raises(ConfigError, match=r"spacing must be finite positive numbers \(mm per voxel\), got \(nan"):
+    with pytest.raises(ConfigError, match=r"spacing must be positive finite voxel sizes in mm, .* got \(nan"):
         plan_strides((math.nan, 1.0, 1.0), (8, 8, 8))
     with pytest.raises(ConfigError, match="patch_size must be positive whole numbers, got \\(8.5"):
         plan_strides((1.0, 1.0, 1.0), (8.5, 8, 8))

@@ -192,7 +192,7 @@ def test_predictor_takes_the_spacing_of_an_array(volume_run):
     assert model.seen == [(24, 120, 120)] and prediction.labels.shape == truth.shape
     assert dice(prediction.labels == 1, truth) > 0.95
     for bad in ((10.0, 1.6), (0, 1, 1), "10", (float("nan"), 1, 1)):
-        with pytest.raises(ConfigError, match=r"spacing must be three positive numbers in mm \(D, H, W\), got "):
+        with pytest.raises(ConfigError, match=r"spacing must be 3 positive finite voxel sizes in mm \(D, H, W\), "):
             Predictor(loaded).predict(truth.astype(np.float32), spacing=bad)
     with pytest.raises(ConfigError, match="resample must be True or False, got 'no'"):
         Predictor(loaded, resample="no")
@@ -259,7 +259,7 @@ def test_an_explicit_target_spacing_is_what_the_checkpoint_holds(tmp_path):
     ("data", "message"),
     [
         ({"kind": "cityscapes", "target_spacing": [1, 1, 1]}, "target_spacing: applies to volumes"),
-        ({"kind": "volumes", "target_spacing": [0, 1, 1]}, r"in mm, or null, got \[0, 1, 1\]$"),
+        ({"kind": "volumes", "target_spacing": [0, 1, 1]}, r"in mm \(each at most 10000\), or null, got \[0, 1, 1\]$"),
         ({"kind": "volumes", "target_spacing": [1, 1]}, r"target_spacing: expected 'median', three .* got \[1, 1\]$"),
         ({"kind": "volumes", "target_spacing": "mean"}, r"target_spacing: expected 'median', three .* got 'mean'$"),
     ],

@@ -4,11 +4,11 @@ tuples and input-shape checks with errors that say how to fix the input."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from numbers import Integral
 
 import torch
 from torch import nn
 
+from upzoo.checks import is_int
 from upzoo.errors import ConfigError, ShapeError
 
 __all__ = [
@@ -19,7 +19,6 @@ __all__ = [
     "avg_pool_nd",
     "linear_mode",
     "to_ntuple",
-    "check_positive_int",
     "check_input_shape",
     "refuse_jit_trace",
     "pad_end",
@@ -70,17 +69,6 @@ def linear_mode(spatial_dims: int) -> str:
     return _LINEAR_MODE[spatial_dims]
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
-
-
-def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
-    """Return ``value`` as an int, or raise ``ConfigError`` if it is not an int ``>= minimum``."""
-    if not _is_int(value) or int(value) < minimum:  # type: ignore[call-overload]
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)  # type: ignore[call-overload]
-
-
 def to_ntuple(value: object, n: int, name: str, *, minimum: int = 1) -> tuple[int, ...]:
     """Expand an int to an ``n``-tuple, or check a sequence has length ``n``; all ints ``>= minimum``.
 
@@ -90,7 +78,7 @@ def to_ntuple(value: object, n: int, name: str, *, minimum: int = 1) -> tuple[in
     Raises:
         ConfigError: not an int or sequence of ints, wrong length, or a value below ``minimum``.
     """
-    if _is_int(value):
+    if is_int(value):
         values: tuple[object, ...] = (value,) * n
     elif isinstance(value, Sequence) and not isinstance(value, str):
         values = tuple(value)
@@ -101,7 +89,7 @@ def to_ntuple(value: object, n: int, name: str, *, minimum: int = 1) -> tuple[in
             )
     else:
         values = ()
-    if not values or not all(_is_int(v) and int(v) >= minimum for v in values):  # type: ignore[call-overload]
+    if not values or not all(is_int(v) and int(v) >= minimum for v in values):  # type: ignore[call-overload]
         raise ConfigError(f"{name} must be an int >= {minimum} or a tuple of {n} such ints, got {value!r}")
     return tuple(int(v) for v in values)  # type: ignore[call-overload]
 
@@ -146,7 +134,7 @@ def check_input_shape(shape: Sequence[int], *, spatial_dims: int, channels: int 
         ShapeError: naming the expected layout, the shape that came, and the fix.
     """
     refuse_jit_trace(owner)
-    if not all(_is_int(s) or isinstance(s, torch.SymInt) for s in shape):
+    if not all(is_int(s) or isinstance(s, torch.SymInt) for s in shape):
         raise ShapeError(f"{owner} takes a shape of whole numbers, got {tuple(shape)!r}")
     shape = tuple(shape)
     expected = f"(B, {channels if channels is not None else 'C'}, {_AXES.get(spatial_dims, '...')})"

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from upzoo.checks import LARGEST_SPACING_MM, check_spacing
 from upzoo.errors import ConfigError
 from upzoo.validation import config_error
 
@@ -99,12 +100,16 @@ class DataConfig(_Section):
     @field_validator("target_spacing", mode="before")
     @classmethod
     def _target_spacing(cls, value: Any) -> Any:
-        numbers = isinstance(value, (list, tuple)) and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in value
-        )
-        if value is None or value == "median" or (numbers and len(value) == 3):
+        if value is None or (isinstance(value, str) and value == "median"):
             return value
-        raise ValueError("expected 'median', three positive numbers [z, y, x] in mm, or null")
+        try:
+            check_spacing(value, "target_spacing")
+        except ConfigError:
+            raise ValueError(
+                f"expected 'median', three positive finite voxel sizes [z, y, x] in mm (each at most "
+                f"{LARGEST_SPACING_MM:g}), or null"
+            ) from None
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> DataConfig:

@@ -24,7 +24,8 @@ __all__ = ["collect_comparison", "cell_outcome", "quality_of", "cells_machines",
 
 QUALITY_2D = ("miou", "boundary_iou", "boundary_fscore", "thin_iou")
 QUALITY_3D = ("mean_dice", "hd95", "surface_dice", "miou")
-QUALITY_GAN = ("swd", "spectral_error", "spectral_decay", "kid", "fd", "checkerboard")  # those a run has
+#: those a generator run has (KID and FD only with features)
+QUALITY_GAN = ("swd", "spectral_error", "spectral_error_corners", "spectral_decay", "kid", "fd", "checkerboard")
 
 #: the Cityscapes classes that are thin or small: where upsamplers differ (their mean IoU is reported)
 THIN_CLASSES = ("pole", "traffic light", "traffic sign", "person", "rider", "motorcycle", "bicycle")

@@ -23,6 +23,7 @@ TITLES = {
     "surface_dice": "surface Dice",
     "swd": "SWD",
     "spectral_error": "spectral error",
+    "spectral_error_corners": "corner error",
     "spectral_decay": "spectral decay",
     "kid": "KID",
     "fd": "FD",

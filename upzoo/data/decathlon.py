@@ -4,11 +4,10 @@ and paths must stay inside the dataset folder unless the recipe allows otherwise
 from __future__ import annotations
 
 import json
-import math
-import numbers
 from pathlib import Path
 from typing import Any
 
+from upzoo.checks import check_spacing
 from upzoo.errors import DataError
 
 __all__ = ["read_dataset_json", "resolve_inside"]
@@ -50,14 +49,7 @@ def _check_labels(labels: Any, listing: Path) -> list[str] | None:
 def _check_spacing(spacing: Any, listing: Path) -> tuple[float, ...] | None:
     if spacing is None:
         return None
-    ok = (
-        isinstance(spacing, list)
-        and len(spacing) == 3
-        and all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in spacing)
-    )
-    if not ok:
-        raise DataError(f"{listing}: 'spacing' must be three positive numbers in mm (D, H, W), got {spacing!r}")
-    return tuple(float(v) for v in spacing)
+    return check_spacing(spacing, f"{listing}: 'spacing'", error=DataError)
 
 
 def read_dataset_json(listing: Path) -> dict[str, Any]:

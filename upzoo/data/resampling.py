@@ -9,6 +9,7 @@ Shapes are ``(D, H, W)``; spacings are millimetres per voxel in the same order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from upzoo.checks import check_spacing
 from upzoo.errors import DataError
 
 __all__ = [
@@ -28,6 +30,11 @@ __all__ = [
 ]
 
 
+#: the most voxels a resampled volume may have (8 GiB per float32 channel): beyond it, a spacing is
+#: in the wrong unit and the resampling would exhaust the memory before saying anything
+MAX_RESAMPLED_VOXELS = 2**31
+
+
 def resampled_shape(shape: Sequence[int], spacing: Sequence[float], target: Sequence[float]) -> tuple[int, ...]:
     """The ``(D, H, W)`` that covers the same extent at ``target`` spacing: ``round(n * s / t)``, at
     least 1 per axis (nnU-Net's rule).
@@ -35,7 +42,15 @@ def resampled_shape(shape: Sequence[int], spacing: Sequence[float], target: Sequ
     >>> resampled_shape((12, 48, 48), (10.0, 1.6, 1.6), (5.0, 0.8, 0.8))
     (24, 96, 96)
     """
-    return tuple(max(1, round(n * s / t)) for n, s, t in zip(shape, spacing, target))
+    out = tuple(max(1, round(n * s / t)) for n, s, t in zip(shape, spacing, target))
+    voxels = math.prod(out)
+    if voxels > MAX_RESAMPLED_VOXELS:
+        raise DataError(
+            f"resampling {tuple(shape)} voxels at spacing {tuple(spacing)} mm to {tuple(target)} mm gives "
+            f"{out} = {voxels:.3g} voxels ({voxels * 4 / 2**30:.3g} GiB per float32 channel; at most "
+            f"{MAX_RESAMPLED_VOXELS:.3g} voxels): check the spacing's unit, or choose a coarser target spacing"
+        )
+    return out
 
 
 def resample_image(image: np.ndarray, shape: Sequence[int], order: int = 3) -> np.ndarray:
@@ -90,7 +105,8 @@ def read_spacing(path: str | Path) -> tuple[float, ...]:
         zooms = nib.load(str(path)).header.get_zooms()[:3]
     except Exception as exc:  # nibabel raises many kinds for a damaged header
         raise DataError(f"{path}: unreadable volume header ({type(exc).__name__}: {exc})") from None
-    return tuple(float(f"{float(z):.6g}") for z in zooms)[::-1]
+    spacing = tuple(float(f"{float(z):.6g}") for z in zooms)[::-1]
+    return check_spacing(spacing, f"{path}: the header's voxel spacing", axes=None, error=DataError)
 
 
 def median_spacing(spacings: Sequence[Sequence[float]]) -> tuple[float, ...]:

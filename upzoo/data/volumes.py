@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from upzoo.checks import check_spacing
 from upzoo.data.decathlon import read_dataset_json, resolve_inside
 from upzoo.data.seeding import reseed
 from upzoo.errors import DataError
@@ -77,7 +78,7 @@ def read_volume(path: str | Path) -> tuple[np.ndarray, tuple[float, ...]]:
         raise DataError(f"{path}: expected a 3D volume (or 4D with channels), got shape {array.shape}")
     array = np.ascontiguousarray(array, dtype=np.float32)
     refuse_non_finite(array, path)
-    return array, tuple(spacing)
+    return array, check_spacing(spacing, f"{path}: the header's voxel spacing", axes=None, error=DataError)
 
 
 def refuse_non_finite(array: np.ndarray, path: str | Path) -> None:

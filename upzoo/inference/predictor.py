@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from upzoo.checks import check_spacing
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.inference.backends import Backend, model_runner
 from upzoo.runs.trained_model import LoadedModel
@@ -149,18 +150,6 @@ def _check_arguments(loaded, tta, scales, window, overlap, window_batch) -> None
         raise ConfigError(f"window_batch must be a whole number >= 1 (or None: the recipe's), got {window_batch!r}")
 
 
-def _checked_spacing(spacing: Sequence[float] | None) -> tuple[float, ...] | None:
-    if spacing is None:
-        return None
-    values = tuple(spacing) if isinstance(spacing, Sequence) and not isinstance(spacing, str) else (spacing,)
-    if len(values) != 3 or not all(
-        isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and np.isfinite(v) and v > 0
-        for v in values
-    ):
-        raise ConfigError(f"spacing must be three positive numbers in mm (D, H, W), got {spacing!r}")
-    return tuple(float(v) for v in values)
-
-
 class Predictor:
     """Predict with a :class:`~upzoo.inference.LoadedModel` (see :func:`~upzoo.inference.load_model`).
 
@@ -281,7 +270,10 @@ class Predictor:
             item, spacing = read.array, read.spacing if spacing is None else spacing
         if spacing is not None and not self.loaded.volumes:
             raise ConfigError("spacing is for volumes; a 2D model predicts images at their own size")
-        x = self.preprocess(item, _checked_spacing(spacing)) if self.loaded.volumes else self.preprocess(item)
+        if self.loaded.volumes:
+            x = self.preprocess(item, None if spacing is None else check_spacing(spacing, "spacing"))
+        else:
+            x = self.preprocess(item)
         size = item.shape[-3:] if self.loaded.volumes else item.shape[:2]
         return self.predict_batch(x[None], size)[0]
 

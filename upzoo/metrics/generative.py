@@ -16,7 +16,13 @@ import torch
 from upzoo.errors import ShapeError
 from upzoo.metrics.checkerboard import image_checkerboard
 from upzoo.metrics.feature_distance import FeatureDistances, FeatureExtractor
-from upzoo.metrics.spectrum import as_unit_images, radial_power_spectrum, spectral_decay, spectral_error
+from upzoo.metrics.spectrum import (
+    as_unit_images,
+    corner_error,
+    radial_power_spectrum,
+    spectral_decay,
+    spectral_error,
+)
 from upzoo.metrics.swd import SlicedWasserstein
 
 __all__ = ["GenerativeReport", "RealImages", "NO_FEATURES"]
@@ -63,10 +69,19 @@ class RealImages:
         batches = [images] if isinstance(images, torch.Tensor) else list(images)
         if not batches:
             raise ShapeError("the real set has no images")
-        self.images = torch.cat([as_unit_images(b, "real images") for b in batches]).cpu()
+        batches = [as_unit_images(b, "real images").cpu() for b in batches]
+        shapes = sorted({tuple(b.shape[1:]) for b in batches})
+        if len(shapes) > 1:
+            raise ShapeError(
+                f"real images: every batch needs one channel count and size (C, H, W), got {shapes[0]} and "
+                f"{shapes[1]}; resize or crop them to one size first"
+            )
+        self.images = torch.cat(batches)
         self.extractor, self.subset_size, self.subsets = extractor, subset_size, subsets
         self.patches_per_image, self.seed = patches_per_image, seed
         self.spectrum = radial_power_spectrum(self.images)
+        self.decay_real = spectral_decay(self.spectrum).decay  # a real set that cannot be measured is refused here
+        spectral_error(self.spectrum, self.spectrum)
         self.features = None if extractor is None else torch.cat([extractor(b) for b in self.images.split(256)])
 
     def compare(self, generated: torch.Tensor) -> GenerativeReport:
@@ -88,8 +103,9 @@ class RealImages:
         _, error = spectral_error(spectrum, self.spectrum)
         values |= {
             "spectral_error": error,
+            "spectral_error_corners": corner_error(spectrum, self.spectrum),
             "spectral_decay": spectral_decay(spectrum).decay,
-            "spectral_decay_real": spectral_decay(self.spectrum).decay,
+            "spectral_decay_real": self.decay_real,
             "checkerboard": image_checkerboard(generated * 2 - 1),
         }
         notes |= {"kid_fd": NO_FEATURES} if self.extractor is None else self._feature_distances(generated, values)

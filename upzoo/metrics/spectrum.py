@@ -17,11 +17,16 @@ that are not square are refused, since one set of rings cannot reach both axes' 
   ``s^2`` has the flat spectrum ``s^2``; a pure checkerboard puts all its power in the corner ring.
 - The spectral error (Schwarz et al., "On the Frequency Bias of Generative Models", NeurIPS 2021):
   ``e(r) = S_gen(r) / S_real(r) - 1`` per ring, and its summary, the mean ``|e(r)|`` over the upper
-  half of the frequencies (rings above half the Nyquist radius, ``r > N / 4``).
+  half of the frequencies that both axes measure: the rings ``N / 4 < r <= N / 2`` (0.25 to 0.5
+  cycles per pixel). The corner rings beyond Nyquist (``r > N / 2``, where only diagonal
+  frequencies exist and a checkerboard puts its power) are summarised apart
+  (:func:`corner_error`), so that their few, partial rings do not dominate the band's mean. A real
+  set with no power at some ring (a constant image has none beyond ring 0) cannot be compared with
+  and is refused.
 - The high-frequency decay (after Dzanic et al. 2020): a least-squares fit of
-  ``log10 S(r) = log10 a - b log10 r`` over the rings from 0.75 to 1.0 of the Nyquist radius, of the
-  spectrum normalised to unit total power; ``b`` is the decay (larger: faster fall-off), ``a`` the
-  amplitude.
+  ``log10 S(r) = log10 a - b log10 r`` over the rings from 0.75 to 1.0 of the Nyquist radius
+  (0.375 to 0.5 cycles per pixel; images of at least 8x8), of the spectrum normalised to unit total
+  power; ``b`` is the decay (larger: faster fall-off), ``a`` the amplitude.
 """
 
 from __future__ import annotations
@@ -34,7 +39,14 @@ import torch
 
 from upzoo.errors import ShapeError
 
-__all__ = ["RadialSpectrum", "radial_power_spectrum", "spectral_error", "spectral_decay", "SpectralDecay"]
+__all__ = [
+    "RadialSpectrum",
+    "radial_power_spectrum",
+    "spectral_error",
+    "corner_error",
+    "spectral_decay",
+    "SpectralDecay",
+]
 
 
 def _ring_index(height: int, width: int, device: torch.device) -> torch.Tensor:
@@ -96,7 +108,9 @@ class RadialSpectrum:
         Raises:
             ShapeError: images that are not square, or not of the size of the earlier batches.
         """
-        x = as_unit_images(images).mean(1)  # float64 input stays float64; the sums are float64 anyway
+        x = as_unit_images(images)
+        # float64 input stays float64 (the sums are float64 anyway); half precision has no CPU FFT
+        x = (x.float() if x.dtype in (torch.float16, torch.bfloat16) else x).mean(1)
         size = tuple(x.shape[-2:])
         if size[0] != size[1]:
             raise ShapeError(
@@ -138,21 +152,62 @@ def _nyquist(spectrum: np.ndarray) -> int:
     return round((len(spectrum) - 1) / np.sqrt(2))
 
 
-def spectral_error(generated: np.ndarray, real: np.ndarray) -> tuple[np.ndarray, float]:
-    """``e(r) = S_gen(r) / S_real(r) - 1`` per ring, and the mean ``|e|`` over the rings above half
-    the Nyquist radius (Schwarz et al. 2021).
+def _as_spectrum(spectrum: np.ndarray, what: str) -> np.ndarray:
+    """A radial spectrum: 1D, finite, non-negative, of images of at least 2x2.
 
     Raises:
-        ShapeError: spectra of different lengths (images of different sizes).
+        ShapeError: naming what came.
     """
-    generated, real = np.asarray(generated, np.float64), np.asarray(real, np.float64)
+    spectrum = np.asarray(spectrum, np.float64)
+    if spectrum.ndim != 1 or len(spectrum) < 2:
+        raise ShapeError(
+            f"{what}: expected a radial spectrum (R,) of R >= 2 rings (images of at least 2x2), got shape "
+            f"{spectrum.shape}"
+        )
+    if not np.isfinite(spectrum).all() or (spectrum < 0).any():
+        raise ShapeError(f"{what}: a power spectrum holds finite values >= 0, got {spectrum.min()}..{spectrum.max()}")
+    return spectrum
+
+
+def _relative_error(generated: np.ndarray, real: np.ndarray) -> np.ndarray:
+    generated = _as_spectrum(generated, "generated spectrum")
+    real = _as_spectrum(real, "real spectrum")
     if generated.shape != real.shape:
         raise ShapeError(
             f"spectra of {len(generated)} and {len(real)} rings: the generated and real images differ in size"
         )
-    error = generated / np.maximum(real, 1e-30) - 1
-    upper = np.arange(len(real)) > _nyquist(real) / 2
+    empty = np.flatnonzero(real[1:] <= 1e-12 * real.sum()) + 1  # below float32's rounding of the DFT
+    if empty.size:
+        raise ShapeError(
+            f"the real set has no power at ring {int(empty[0])} (of {len(real) - 1}; {empty.size} ring(s) empty): "
+            f"a constant or band-limited real set cannot define a spectral error; use other real images"
+        )
+    return generated / real - 1
+
+
+def spectral_error(generated: np.ndarray, real: np.ndarray) -> tuple[np.ndarray, float]:
+    """``e(r) = S_gen(r) / S_real(r) - 1`` per ring, and the mean ``|e|`` over the upper half of the
+    frequencies both axes measure, ``N / 4 < r <= N / 2`` (Schwarz et al. 2021; see the module).
+
+    Raises:
+        ShapeError: spectra of different lengths (images of different sizes), not spectra, or a
+            real spectrum with an empty ring.
+    """
+    error = _relative_error(generated, real)
+    radii, nyquist = np.arange(len(error)), _nyquist(error)
+    upper = (radii > nyquist / 2) & (radii <= nyquist)
     return error, float(np.abs(error[upper]).mean())
+
+
+def corner_error(generated: np.ndarray, real: np.ndarray) -> float:
+    """The mean ``|e(r)|`` over the corner rings beyond Nyquist, ``r > N / 2`` (diagonal
+    frequencies only: where a checkerboard's power lies).
+
+    Raises:
+        ShapeError: as :func:`spectral_error`.
+    """
+    error = _relative_error(generated, real)
+    return float(np.abs(error[np.arange(len(error)) > _nyquist(error)]).mean())
 
 
 @dataclass(frozen=True)
@@ -164,11 +219,21 @@ class SpectralDecay:
 
 
 def spectral_decay(spectrum: np.ndarray) -> SpectralDecay:
-    """The power-law fit of the spectrum's high frequencies (see the module)."""
-    spectrum = np.asarray(spectrum, np.float64)
-    normalised = spectrum / spectrum.sum()
+    """The power-law fit of the spectrum's high frequencies (see the module).
+
+    Raises:
+        ShapeError: not a spectrum, or fewer than two rings with power in the fitted band (images
+            smaller than 8x8, or constant ones).
+    """
+    spectrum = _as_spectrum(spectrum, "spectrum")
+    normalised = spectrum / max(spectrum.sum(), np.finfo(np.float64).tiny)
     radii = np.arange(len(spectrum))
     nyquist = _nyquist(spectrum)
     band = (radii >= 0.75 * nyquist) & (radii <= nyquist) & (normalised > 0)
+    if band.sum() < 2:
+        raise ShapeError(
+            f"the spectral decay fits the rings from 0.75 to 1.0 of the Nyquist radius ({nyquist}) that hold "
+            f"power, and needs two; got {int(band.sum())} (images of at least 8x8 that are not constant)"
+        )
     slope, intercept = np.polyfit(np.log10(radii[band]), np.log10(normalised[band]), 1)
     return SpectralDecay(decay=float(-slope), amplitude=float(10**intercept))

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from upzoo.checks import check_spacing
 from upzoo.collectives import all_reduce_sum
 from upzoo.errors import ShapeError
 from upzoo.metrics.confusion import check_num_classes
@@ -104,7 +105,7 @@ def _per_class(pred, target, num_classes: int, spacing, fn, empty=float("nan")) 
     num_classes = check_num_classes(num_classes)
     _check_spacing(spacing)
     batched = _is_batch(pred, spacing)
-    pred, target, spacings = _as_numpy(pred, target, spacing)
+    pred, target, spacings = _as_numpy(pred, target, spacing, num_classes)
     per_volume = []
     for p, t, sp in zip(pred, target, spacings):
         values = []
@@ -125,34 +126,48 @@ def _axes(spacing: Any) -> int:
     return len(first) if isinstance(first, (list, tuple, np.ndarray)) else len(spacing)
 
 
-#: The largest voxel spacing taken, in mm (10 m): beyond it a value is a unit mistake, not a voxel.
-_LARGEST_SPACING_MM = 1e4
-
-
 def _check_spacing(spacing: Any) -> None:
-    """A spacing per axis, or one per map: positive finite numbers in mm, at most 1e4.
+    """A spacing per axis, or one per map: positive finite numbers in mm (:func:`~upzoo.checks.check_spacing`).
 
     Raises:
         ShapeError: a spacing of another kind, naming what came.
     """
     spacing = spacing.tolist() if isinstance(spacing, (torch.Tensor, np.ndarray)) else spacing
-    sequence = (list, tuple, np.ndarray, torch.Tensor)
+    sequence = (list, tuple)
     rows = spacing if isinstance(spacing, sequence) and len(spacing) and isinstance(spacing[0], sequence) else [spacing]
     for row in rows:
-        values = [v.item() if isinstance(v, torch.Tensor) else v for v in row] if isinstance(row, sequence) else None
-        good = bool(values) and all(
-            isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-            and 0 < float(v) <= _LARGEST_SPACING_MM for v in values
-        )  # fmt: skip
-        if not good:
-            shown = tuple(values) if values else row
+        check_spacing(row, "spacing (one per axis, or one per map)", axes=None, error=ShapeError)
+
+
+def _check_labels(pred: np.ndarray, target: np.ndarray, num_classes: int) -> None:
+    """Integer class indices in ``0..num_classes - 1`` (a label the metrics would never look at, or a
+    fraction, would silently count as background).
+
+    Raises:
+        ShapeError: naming the map, its dtype or the range of its values.
+    """
+    for name, labels in (("prediction", pred), ("target", target)):
+        if labels.dtype == bool or not np.issubdtype(labels.dtype, np.integer):
+            raise ShapeError(f"surface metrics: {name} must hold integer class indices, got {labels.dtype}")
+        if labels.size and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
             raise ShapeError(
-                f"spacing must give each axis a positive finite size in mm (at most {_LARGEST_SPACING_MM:g}), "
-                f"as a sequence (or one per map), got {shown!r}"
+                f"surface metrics: {name} labels must be in 0..{num_classes - 1} (num_classes={num_classes}), "
+                f"got values in {int(labels.min())}..{int(labels.max())}"
             )
 
 
-def _as_numpy(pred, target, spacing) -> tuple[np.ndarray, np.ndarray, list]:
+def _check_tolerance(tolerance_mm: Any) -> float:
+    """The surface Dice's tolerance: a finite number of mm, >= 0."""
+    if (
+        isinstance(tolerance_mm, bool)
+        or not isinstance(tolerance_mm, (int, float, np.integer, np.floating))
+        or not (0 <= float(tolerance_mm) < float("inf"))
+    ):
+        raise ShapeError(f"tolerance_mm must be a finite number of mm >= 0, got {tolerance_mm!r}")
+    return float(tolerance_mm)
+
+
+def _as_numpy(pred, target, spacing, num_classes: int) -> tuple[np.ndarray, np.ndarray, list]:
     """Label maps as ``(N, *S)`` arrays (one map becomes a batch of one) and one spacing per map:
     ``spacing`` is one spacing for all, or one per map of a batch (as MONAI takes them).
 
@@ -168,6 +183,7 @@ def _as_numpy(pred, target, spacing) -> tuple[np.ndarray, np.ndarray, list]:
             f"surface metrics take two label maps (*S) or batches (N, *S) of one shape with one spacing per "
             f"axis (or one per map), got prediction {pred.shape}, target {target.shape} and spacing {tuple(spacing)}"
         )
+    _check_labels(pred, target, num_classes)
     if pred.ndim == axes:
         pred, target = pred[None], target[None]
     spacings = (
@@ -182,8 +198,7 @@ def surface_metrics(
     pred, target, num_classes: int, *, spacing: Sequence[float], tolerance_mm: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class HD95 and surface Dice from one pass (see :func:`hausdorff95`, :func:`surface_dice`)."""
-    if not tolerance_mm >= 0:
-        raise ShapeError(f"tolerance_mm must be >= 0, got {tolerance_mm}")
+    _check_tolerance(tolerance_mm)
     nan = float("nan")
     both = _per_class(pred, target, num_classes, spacing, lambda d: (_hd95(d), _nsd(d, tolerance_mm)), (nan, nan))
     return both[..., 0], both[..., 1]
@@ -200,8 +215,7 @@ def surface_dice(pred, target, num_classes: int, *, spacing: Sequence[float], to
     """Per-class normalised surface Dice (float64) at ``tolerance_mm``, a distance equal to the tolerance
     counting as within it (as MONAI): ``(K,)`` for a map, ``(N, K)`` for a batch (``NaN``: class in
     neither)."""
-    if not tolerance_mm >= 0:
-        raise ShapeError(f"tolerance_mm must be >= 0, got {tolerance_mm}")
+    _check_tolerance(tolerance_mm)
     return _per_class(pred, target, num_classes, spacing, lambda d: _nsd(d, tolerance_mm))
 
 
@@ -212,13 +226,14 @@ class SurfaceMetrics:
     HD95 mean, as it should: the mean of a set with a missed structure is unbounded."""
 
     def __init__(self, num_classes: int, *, tolerance_mm: float = 2.0) -> None:
-        self.num_classes, self.tolerance_mm = check_num_classes(num_classes), tolerance_mm
+        self.num_classes, self.tolerance_mm = check_num_classes(num_classes), _check_tolerance(tolerance_mm)
         self.sums = torch.zeros(2, num_classes, dtype=torch.float64)  # HD95, surface Dice
         self.counts = torch.zeros(num_classes, dtype=torch.float64)
 
     def update(self, pred, target, spacing: Sequence[float]) -> None:
         """Add one case ``(*S)`` or a batch ``(N, *S)`` (``spacing``: one, or one per case)."""
-        preds, targets, spacings = _as_numpy(pred, target, spacing)
+        _check_spacing(spacing)
+        preds, targets, spacings = _as_numpy(pred, target, spacing, self.num_classes)
         for p, t, sp in zip(preds, targets, spacings):
             for c in range(self.num_classes):
                 distances = surface_distances(p == c, t == c, sp)

@@ -8,8 +8,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.layers import check_input_shape, check_positive_int
+from upzoo.layers import check_input_shape
 from upzoo.registry import create_upsampler
 from upzoo.runtime import warnings_at_caller
 from upzoo.upsamplers.guides import guide_options

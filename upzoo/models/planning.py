@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
+from upzoo.checks import check_spacing, is_int
 from upzoo.errors import ConfigError
 
 __all__ = ["plan_strides"]
@@ -41,28 +41,19 @@ def plan_strides(
     return strides
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
 def _check_plan_arguments(
     spacing: Sequence[float], patch_size: Sequence[int], max_stages: int, min_size: int
 ) -> tuple[list[float], list[int]]:
     """``plan_strides``' arguments checked once, with the value named."""
-    for name, values in (("spacing", spacing), ("patch_size", patch_size)):
-        if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)) or len(values) == 0:
-            raise ConfigError(f"{name} must be a list with one value per axis, got {values!r}")
-    good_spacing = all(
-        isinstance(s, (int, float, np.number)) and not isinstance(s, bool) and math.isfinite(s) and s > 0
-        for s in spacing
-    )
-    if not good_spacing:
-        raise ConfigError(f"spacing must be finite positive numbers (mm per voxel), got {tuple(spacing)!r}")
-    if not all(_is_int(n) and n >= 1 for n in patch_size):
+    spacing = check_spacing(spacing, "spacing", axes=None)
+    listed = isinstance(patch_size, (Sequence, np.ndarray)) and not isinstance(patch_size, (str, bytes))
+    if not listed or not len(patch_size):
+        raise ConfigError(f"patch_size must be a list with one value per axis, got {patch_size!r}")
+    if not all(is_int(n) and n >= 1 for n in patch_size):
         raise ConfigError(f"patch_size must be positive whole numbers, got {tuple(patch_size)!r}")
     if len(spacing) != len(patch_size):
         raise ConfigError(f"spacing {tuple(spacing)} and patch_size {tuple(patch_size)} need one value per axis each")
     for name, value in (("max_stages", max_stages), ("min_size", min_size)):
-        if not _is_int(value) or value < 1:
+        if not is_int(value) or value < 1:
             raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")
     return [float(s) for s in spacing], [int(n) for n in patch_size]

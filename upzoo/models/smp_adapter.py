@@ -9,8 +9,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError, did_you_mean
-from upzoo.layers import check_input_shape, check_positive_int, crop_start, pad_end
+from upzoo.layers import check_input_shape, crop_start, pad_end
 from upzoo.models.sizes import AxisRule
 from upzoo.models.unet import InputPolicy, per_stage
 from upzoo.registry import create_upsampler

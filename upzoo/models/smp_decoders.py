@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.layers import check_positive_int
 from upzoo.models.decoder_points import Place, PointInfo, build_point_blocks
 from upzoo.models.smp_adapter import check_input_policy, check_smp_kwargs, padded_smp_class, refuse_download
 from upzoo.upsamplers.guides import upsample

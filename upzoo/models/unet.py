@@ -10,8 +10,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.layers import check_input_shape, check_positive_int, conv_nd, crop_start, pad_end
+from upzoo.layers import check_input_shape, conv_nd, crop_start, pad_end
 from upzoo.models.blocks import DoubleConv
 from upzoo.models.encoders import Encoder, create_encoder, stage_scales
 from upzoo.models.sizes import AxisRule, find_axis_rule

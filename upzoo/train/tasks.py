@@ -213,7 +213,7 @@ class GanTask(Task):
 
     kind = "gan"
     step_columns = ["loss_d", "loss_g", "d_real", "d_fake"]
-    eval_columns = ["swd", "spectral_error", "spectral_decay", "kid", "fd", "checkerboard"]
+    eval_columns = ["swd", "spectral_error", "spectral_error_corners", "spectral_decay", "kid", "fd", "checkerboard"]
     curve_columns = ["swd", "spectral_error", "checkerboard"]
 
     def __init__(self, prepared: Prepared) -> None:

@@ -9,8 +9,9 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.layers import check_input_shape, check_positive_int, to_ntuple
+from upzoo.layers import check_input_shape, to_ntuple
 
 __all__ = ["Upsampler", "PostFilter", "MAX_SCALE"]
 

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError
-from upzoo.layers import check_positive_int, conv_nd
+from upzoo.layers import conv_nd
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
 from upzoo.upsamplers.reassembly import default_kernel, reassemble

@@ -1,0 +1,77 @@
+"""The one place a plain value's range is checked, for the Python API and the readers alike: whole
+numbers, and voxel spacings in millimetres (recipes, dataset listings, file headers, the predictor,
+stride planning and the surface metrics all ask the same question and get the same answer).
+
+Each check returns the value in its plain form (``int``, a tuple of ``float``) or raises the error
+class its caller names (:class:`~upzoo.errors.ConfigError` for arguments, ``DataError`` for files)
+with one line: what was expected, what came.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+from typing import Any
+
+from upzoo.errors import ConfigError, UpzooError
+
+__all__ = [
+    "is_int",
+    "check_positive_int",
+    "spacing_numbers",
+    "check_spacing",
+    "LARGEST_SPACING_MM",
+]
+
+#: The largest voxel spacing taken, in mm (10 m): beyond it a value is a unit mistake, not a voxel.
+LARGEST_SPACING_MM = 1e4
+
+
+def is_int(value: object) -> bool:
+    """A whole number that is not a bool (Python, NumPy or a 0-d integer tensor's ``item()``)."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
+    """Return ``value`` as an int, or raise ``ConfigError`` if it is not an int ``>= minimum``.
+
+    >>> check_positive_int(3, "channels")
+    3
+    """
+    if not is_int(value) or int(value) < minimum:  # type: ignore[call-overload]
+        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)  # type: ignore[call-overload]
+
+
+def spacing_numbers(value: Any) -> list[float] | None:
+    """``value`` as a list of floats if it is a sequence, array or tensor of real numbers (no bools,
+    no text), else ``None``."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        return None
+    if not all(isinstance(v, Real) and not isinstance(v, bool) for v in value):
+        return None
+    return [float(v) for v in value]
+
+
+def check_spacing(value: Any, what: str, *, axes: int | None = 3, error: type[UpzooError] = ConfigError) -> tuple:
+    """A voxel spacing: one positive finite size in mm per axis (``axes`` of them; ``None``: any
+    number >= 1), at most :data:`LARGEST_SPACING_MM`; a list, tuple, NumPy array or tensor.
+
+    >>> check_spacing([5, 0.8, 0.8], "spacing")
+    (5.0, 0.8, 0.8)
+
+    Raises:
+        ``error``: ``"{what} must be ..., got ..."``, showing the values as numbers where they are.
+    """
+    numbers = spacing_numbers(value)
+    count_ok = numbers is not None and (len(numbers) == axes if axes else len(numbers) >= 1)
+    if count_ok and all(0 < v <= LARGEST_SPACING_MM and math.isfinite(v) for v in numbers):
+        return tuple(numbers)
+    count = f"{axes} positive" if axes else "positive"
+    order = " (D, H, W)" if axes == 3 else ""
+    shown = tuple(numbers) if numbers is not None else value
+    raise error(
+        f"{what} must be {count} finite voxel sizes in mm{order}, each at most {LARGEST_SPACING_MM:g}, got {shown!r}"
+    )
