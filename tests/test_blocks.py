@@ -139,7 +139,7 @@ def test_wrong_channel_count_is_a_shape_error(name):
 @pytest.mark.parametrize(
     "scale, message",
     [
-        (0, "scale must be an int >= 1"),
+        (0, "scale must be a whole number >= 1"),
         (-2, "scale must be"),
         (1.5, "scale must be"),
         ((2, 2, 2, 2), "one value per spatial axis"),
@@ -163,7 +163,7 @@ def test_unknown_option_lists_the_options(name):
 def test_unsupported_spatial_dims_and_channels():
     with pytest.raises(ConfigError, match=r"supports spatial_dims in \(2, 3\), got 1"):
         create_upsampler("carafe", spatial_dims=1, in_channels=4, out_channels=4, scale=2)
-    with pytest.raises(ConfigError, match="in_channels must be an int >= 1, got 0"):
+    with pytest.raises(ConfigError, match="in_channels must be a whole number >= 1, got 0"):
         create_upsampler("transposed", spatial_dims=2, in_channels=0, out_channels=4, scale=2)
     with pytest.raises(ConfigError, match="out_channels must equal in_channels"):
         create_upsampler("interpolate", spatial_dims=2, in_channels=4, out_channels=3, scale=2)

@@ -141,7 +141,7 @@ def test_predictor_states_and_checks_the_value_range_of_arrays(run_dir):
         predictor.predict(np.where(image > 100, np.nan, 0.5).astype(np.float32))
     with pytest.raises(ShapeError, match=r"expected prepared inputs \(N, 3, 2 sizes\), got \(3, 32, 64\)"):
         predictor.predict_batch(torch.zeros(3, 32, 64), (32, 64))
-    with pytest.raises(ShapeError, match="size must be 2 positive whole numbers"):
+    with pytest.raises(ShapeError, match="size \\(the output size\\) must be 2 whole numbers >= 1"):
         predictor.predict_batch(torch.zeros(1, 3, 32, 64), (32,))
 
 
@@ -304,7 +304,7 @@ def test_public_constructors_and_functions_check_their_arguments():
             assert g(torch.randn(2, 8)).shape == (2, 3, resolution, resolution)
     with pytest.raises(ConfigError, match=r"spacing must be positive finite voxel sizes in mm, .* got \(nan"):
         plan_strides((math.nan, 1.0, 1.0), (8, 8, 8))
-    with pytest.raises(ConfigError, match="patch_size must be positive whole numbers, got \\(8.5"):
+    with pytest.raises(ConfigError, match="patch_size must be whole numbers >= 1 \\(one per axis\\), got \\(8.5"):
         plan_strides((1.0, 1.0, 1.0), (8.5, 8, 8))
     with pytest.raises(ConfigError, match="min_size must be a whole number >= 1, got 0"):
         plan_strides((1.0, 1.0, 1.0), (8, 8, 8), min_size=0)

@@ -369,7 +369,7 @@ def test_one_autograd_node_and_nothing_saved_but_the_input(size, border):
     [
         (dict(kernel_size=4), ConfigError, "kernel_size must be odd"),
         (dict(border="mirror"), ConfigError, "border must be one of valid, zeros, reflect, replicate, got 'mirror'"),
-        (dict(stride=0), ConfigError, "stride must be an int >= 1"),
+        (dict(stride=0), ConfigError, "stride must be a whole number >= 1"),
         (dict(soft=0.0), ConfigError, "soft must be None or a positive finite temperature"),
         (dict(soft=float("inf")), ConfigError, "soft must be None or a positive finite temperature"),
         (dict(sigma=-1.0), ConfigError, "sigma must be None, a positive finite number"),

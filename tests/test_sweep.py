@@ -242,6 +242,57 @@ def _api_cases():
         (lambda: load_model(123), "run folder or checkpoint path"),
         (lambda: load_model("/nonexistent/run"), "does not exist"),
         (lambda: Predictor(None), "LoadedModel"),
+        *_new_surface_cases(),
+    ]
+
+
+def _new_surface_cases():
+    """The Python API of the windows, generative metrics and surface metrics (issue #31)."""
+    import torch
+
+    from upzoo.metrics import hausdorff95
+    from upzoo.metrics.checkerboard import image_checkerboard
+    from upzoo.metrics.feature_distance import FeatureDistances, kernel_distance, module_features
+    from upzoo.metrics.generative import RealImages
+    from upzoo.metrics.spectrum import corner_error, radial_power_spectrum, spectral_decay, spectral_error
+    from upzoo.windows import sliding_window_inference
+
+    image, same = torch.rand(1, 16, 16), (lambda x: x)
+    real, flat = torch.rand(4, 1, 16, 16), module_features(torch.nn.Flatten())
+    labels = np.zeros((4, 4, 4), int)
+    return [
+        (lambda: sliding_window_inference(image, same, (0, 8)), "patch_size must be 2 whole numbers >= 1"),
+        (lambda: sliding_window_inference(image, same, (8, 8, 8)), "patch_size must be 2 whole numbers"),
+        (lambda: sliding_window_inference(image, same, (8, 8), overlap=1.0), "overlap must be a number in [0, 1)"),
+        (lambda: sliding_window_inference(image, same, (8, 8), batch_size=0), "batch_size must be a whole number"),
+        (lambda: sliding_window_inference(torch.full((1, 8, 8), np.nan), same, (8, 8)), "64 of 64 values are NaN"),
+        (lambda: sliding_window_inference(image, None, (8, 8)), "predictor must be callable"),
+        (lambda: sliding_window_inference(image, lambda x: x[..., :4], (8, 8)), "got (2, 1, 8, 4)"),
+        (lambda: spectral_decay(radial_power_spectrum(torch.zeros(2, 1, 16, 16))), "not constant"),
+        (lambda: radial_power_spectrum(torch.rand(2, 16, 16)), "(N, C, H, W), got (2, 16, 16)"),
+        (lambda: spectral_error("abc", np.ones(5)), "of numbers, got str"),
+        (lambda: spectral_error(np.ones(5), np.ones(7)), "spectra of 5 and 7 rings"),
+        (lambda: corner_error(np.full(5, np.nan), np.ones(5)), "finite values >= 0"),
+        (lambda: RealImages([real, torch.rand(2, 1, 8, 8)]), "every batch needs one channel count and size"),
+        (lambda: RealImages(real, extractor="inception"), "extractor must be a FeatureExtractor, got str"),
+        (lambda: RealImages(real, extractor=flat, subsets=0), "KID subsets must be a whole number >= 1"),
+        (lambda: RealImages(real, subset_size="a"), "KID subset_size must be a whole number >= 2"),
+        (lambda: RealImages(real, seed="x"), "KID seed must be a whole number >= 0"),
+        (lambda: RealImages(real, patches_per_image=0), "patches_per_image must be a whole number >= 1"),
+        (lambda: RealImages(real).compare(real[:3]), "must match in count, channels and size"),
+        (lambda: RealImages(real, extractor=module_features(torch.nn.Flatten(0))), "(N, D) features for N = 4"),
+        (lambda: kernel_distance(torch.rand(4, 3), torch.rand(4, 2), subset_size=2), "differ in width: 3 and 2"),
+        (lambda: kernel_distance(torch.full((4, 3), np.nan), torch.rand(4, 3), subset_size=2), "12 NaN/inf"),
+        (lambda: kernel_distance(torch.rand(4, 3), torch.rand(4, 3), subset_size=2, seed=1.5), "KID seed"),
+        (lambda: FeatureDistances(None, 1, 2), "extractor must be a FeatureExtractor, got NoneType"),
+        (lambda: FeatureDistances(flat, 1, 2).compute(), "need both a real and a generated set"),
+        (lambda: image_checkerboard(torch.full((1, 1, 8, 8), np.nan)), "64 of 64 values are NaN"),
+        (lambda: image_checkerboard(torch.rand(1, 1, 8, 8), period=0), "period must be a whole number >= 2"),
+        (lambda: image_checkerboard(torch.rand(1, 8, 8)), "expected float images (B, C, H, W)"),
+        (lambda: hausdorff95(labels, labels, 2, spacing=1.0), "got 1.0"),
+        (lambda: hausdorff95(labels, labels, 2, spacing=("a", 1, 1)), "got ('a', 1, 1)"),
+        (lambda: hausdorff95(labels + 5, labels, 2, spacing=(1, 1, 1)), "labels must be in 0..1"),
+        (lambda: hausdorff95(labels + 0.5, labels, 2, spacing=(1, 1, 1)), "integer class indices"),
     ]
 
 

@@ -13,11 +13,16 @@ import math
 from numbers import Integral, Real
 from typing import Any
 
+import numpy as np
+import torch
+
 from upzoo.errors import ConfigError, UpzooError
 
 __all__ = [
     "is_int",
     "check_positive_int",
+    "check_sizes",
+    "check_finite",
     "spacing_numbers",
     "check_spacing",
     "LARGEST_SPACING_MM",
@@ -32,15 +37,46 @@ def is_int(value: object) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool)
 
 
-def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
-    """Return ``value`` as an int, or raise ``ConfigError`` if it is not an int ``>= minimum``.
+def check_positive_int(value: object, name: str, *, minimum: int = 1, error: type[UpzooError] = ConfigError) -> int:
+    """Return ``value`` as an int, or raise ``error`` if it is not a whole number ``>= minimum``
+    (a bool, a float such as ``2.0`` and a string are refused).
 
     >>> check_positive_int(3, "channels")
     3
     """
     if not is_int(value) or int(value) < minimum:  # type: ignore[call-overload]
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
+        raise error(f"{name} must be a whole number >= {minimum}, got {value!r}")
     return int(value)  # type: ignore[call-overload]
+
+
+def check_sizes(
+    value: Any, what: str, *, count: int | None = None, error: type[UpzooError] = ConfigError
+) -> tuple[int, ...]:
+    """Sizes in pixels or voxels: ``count`` whole numbers >= 1 (``None``: any number >= 1), as a
+    list, tuple, NumPy array or tensor; fractional sizes are refused, not truncated.
+
+    >>> check_sizes((64, 64), "patch_size", count=2)
+    (64, 64)
+    """
+    items = value.tolist() if hasattr(value, "tolist") and not isinstance(value, (str, bytes)) else value
+    listed = isinstance(items, (list, tuple))
+    if listed and (len(items) == count if count else len(items) >= 1) and all(is_int(v) and v >= 1 for v in items):
+        return tuple(int(v) for v in items)
+    amount = f"{count} whole numbers >= 1" if count else "whole numbers >= 1 (one per axis)"
+    shown = tuple(items) if listed else value
+    raise error(f"{what} must be {amount}, got {shown!r}")
+
+
+def check_finite(x: Any, what: str, *, error: type[UpzooError] = ConfigError) -> None:
+    """Refuse a tensor or array holding NaN or inf, naming how many values are: they would turn every
+    score downstream into NaN without a word."""
+    if isinstance(x, torch.Tensor):
+        total, bad = x.numel(), int((~torch.isfinite(x)).sum()) if x.is_floating_point() else 0
+    else:
+        x = np.asarray(x)
+        total, bad = x.size, int(x.size - np.count_nonzero(np.isfinite(x)))
+    if bad:
+        raise error(f"{what}: {bad} of {total} values are NaN or infinite; replace them (e.g. torch.nan_to_num) first")
 
 
 def spacing_numbers(value: Any) -> list[float] | None:

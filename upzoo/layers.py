@@ -90,7 +90,7 @@ def to_ntuple(value: object, n: int, name: str, *, minimum: int = 1) -> tuple[in
     else:
         values = ()
     if not values or not all(is_int(v) and int(v) >= minimum for v in values):  # type: ignore[call-overload]
-        raise ConfigError(f"{name} must be an int >= {minimum} or a tuple of {n} such ints, got {value!r}")
+        raise ConfigError(f"{name} must be a whole number >= {minimum} or a tuple of {n} such numbers, got {value!r}")
     return tuple(int(v) for v in values)  # type: ignore[call-overload]
 
 

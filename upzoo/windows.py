@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from numbers import Real
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from upzoo.errors import ConfigError
+from upzoo.checks import check_finite, check_positive_int, check_sizes
+from upzoo.errors import ConfigError, ShapeError
 
 __all__ = ["gaussian_importance", "sliding_window_inference", "window_patch"]
 
@@ -48,10 +50,8 @@ def sliding_window_inference(
     Returns:
         ``(K, *S)`` float logits on ``image``'s device.
     """
-    if not 0 <= overlap < 1:
-        raise ConfigError(f"overlap must be in [0, 1), got {overlap}")
+    patch = _check_window_arguments(image, predictor, patch_size, overlap, batch_size)
     spatial = tuple(image.shape[1:])
-    patch = tuple(int(p) for p in patch_size)
     pad = [max(0, p - s) for p, s in zip(patch, spatial)]
     if any(pad):
         image = F.pad(image, [q for p in reversed(pad) for q in (0, p)])
@@ -68,7 +68,11 @@ def sliding_window_inference(
     for i in range(0, len(grid), batch_size):
         chunk = grid[i : i + batch_size]
         batch = torch.stack([image[(slice(None),) + tuple(slice(s, s + p) for s, p in zip(st, patch))] for st in chunk])
-        out = predictor(batch).float()
+        out = predictor(batch)
+        if not isinstance(out, torch.Tensor) or out.ndim != batch.ndim or out.shape[2:] != batch.shape[2:]:
+            shown = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ShapeError(f"the predictor must map patches {tuple(batch.shape)} to (N, K, *{patch}), got {shown}")
+        out = out.float()
         if logits is None:
             logits = torch.zeros((out.shape[1],) + padded, device=image.device)
         for st, o in zip(chunk, out):
@@ -77,6 +81,23 @@ def sliding_window_inference(
             norm[index] += weight
     logits = logits / norm
     return logits[(slice(None),) + tuple(slice(0, s) for s in spatial)]
+
+
+def _check_window_arguments(
+    image: Any, predictor: Any, patch_size: Any, overlap: Any, batch_size: Any
+) -> tuple[int, ...]:
+    """``sliding_window_inference``'s arguments checked where they enter; returns the patch."""
+    if not isinstance(image, torch.Tensor) or image.ndim < 2 or image.numel() == 0:
+        shown = tuple(image.shape) if isinstance(image, torch.Tensor) else type(image).__name__
+        raise ShapeError(f"image must be a non-empty tensor (C, *S) with at least one spatial axis, got {shown}")
+    check_finite(image, "image")
+    if not callable(predictor):
+        raise ConfigError(f"predictor must be callable (a model or function), got {type(predictor).__name__}")
+    patch = check_sizes(patch_size, "patch_size", count=image.ndim - 1)
+    if isinstance(overlap, bool) or not isinstance(overlap, Real) or not 0 <= overlap < 1:
+        raise ConfigError(f"overlap must be a number in [0, 1), got {overlap!r}")
+    check_positive_int(batch_size, "batch_size")
+    return patch
 
 
 def window_patch(recipe: Any, *, volumes: bool) -> tuple[int, ...] | None:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from upzoo.checks import check_spacing
+from upzoo.checks import check_finite, check_sizes, check_spacing
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.inference.backends import Backend, model_runner
 from upzoo.runs.trained_model import LoadedModel
@@ -287,9 +287,8 @@ class Predictor:
         if not isinstance(x, torch.Tensor) or x.ndim != dims + 2 or x.shape[1] != self.preprocess.in_channels:
             shown = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ShapeError(f"expected prepared inputs (N, {self.preprocess.in_channels}, {dims} sizes), got {shown}")
-        size = tuple(size)
-        if len(size) != dims or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in size):
-            raise ShapeError(f"size must be {dims} positive whole numbers (the output size), got {size!r}")
+        size = check_sizes(size, "size (the output size)", count=dims, error=ShapeError)
+        check_finite(x, "inputs", error=ShapeError)
         p = self._scores(x, size, probabilities=self.keep_probabilities).cpu()
         labels = p.max(1).indices.to(torch.uint8 if p.shape[1] <= 256 else torch.int32).numpy()  # max: 5x argmax
         probs = p.numpy() if self.keep_probabilities else None

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from upzoo.checks import check_positive_int
 from upzoo.errors import DataError, ShapeError
 from upzoo.metrics.spectrum import as_unit_images
 
@@ -63,6 +64,15 @@ class FeatureExtractor:
                 f"got {shown}"
             )
         return features.double()
+
+
+def check_extractor(extractor: Any) -> None:
+    """Refuse what is not a :class:`FeatureExtractor` (a bare module or name would fail later, mid-run)."""
+    if not isinstance(extractor, FeatureExtractor):
+        raise ShapeError(
+            f"extractor must be a FeatureExtractor, got {type(extractor).__name__}: wrap a module with "
+            f"module_features(module), or use inception_features(path) or encoder_features(run)"
+        )
 
 
 def module_features(module: nn.Module, name: str | None = None) -> FeatureExtractor:
@@ -133,10 +143,10 @@ def encoder_features(run: str | Path, device: str = "cpu") -> FeatureExtractor:
     return FeatureExtractor(f"{Path(run).name} encoder", extract)
 
 
-def _check_kid_options(subsets: Any, subset_size: Any) -> None:
-    for name, value, least in (("subsets", subsets, 1), ("subset_size", subset_size, 2)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ShapeError(f"KID {name} must be a whole number >= {least}, got {value!r}")
+def check_kid_options(subsets: Any, subset_size: Any, seed: Any) -> None:
+    """KID's ``subsets`` (>= 1), ``subset_size`` (>= 2) and ``seed`` (>= 0): whole numbers."""
+    for name, value, least in (("subsets", subsets, 1), ("subset_size", subset_size, 2), ("seed", seed, 0)):
+        check_positive_int(value, f"KID {name}", minimum=least, error=ShapeError)
 
 
 #: ``(x.y / D + 1)^3`` of features this large stays below float32's 3.4e38.
@@ -227,7 +237,7 @@ def kernel_distance(
             than ``subset_size`` in a set, or ``subsets``/``subset_size`` not whole numbers >= 1/2.
     """
     check_feature_sets(real, generated)
-    _check_kid_options(subsets, subset_size)
+    check_kid_options(subsets, subset_size, seed)
     for what, features in (("real", real), ("generated", generated)):
         if len(features) < subset_size:
             raise ShapeError(
@@ -260,7 +270,8 @@ class FeatureDistances:
     """
 
     def __init__(self, extractor: FeatureExtractor, subsets: int = 100, subset_size: int = 1000, seed: int = 0):
-        _check_kid_options(subsets, subset_size)
+        check_kid_options(subsets, subset_size, seed)
+        check_extractor(extractor)
         self.extractor, self.subsets, self.subset_size, self.seed = extractor, subsets, subset_size, seed
         self.features: dict[bool, list[torch.Tensor]] = {True: [], False: []}
 
@@ -268,6 +279,14 @@ class FeatureDistances:
         """Add a batch ``(N, C, H, W)`` (uint8, or float in [0, 1]) to the real or generated set."""
         what = "real images" if real else "generated images"
         self.features[real].append(self.extractor(as_unit_images(images, what)))
+
+    def add_features(self, features: torch.Tensor, *, real: bool) -> None:
+        """Add features ``(N, D)`` computed earlier with this extractor (a real set measured once,
+        compared with several generated ones)."""
+        if not isinstance(features, torch.Tensor) or features.ndim != 2:
+            shown = tuple(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__
+            raise ShapeError(f"features must be a tensor (N, D), got {shown}")
+        self.features[real].append(features)
 
     def compute(self) -> dict[str, float | str]:
         """``{"kid", "kid_std", "fd", "fd_name", "features"}``."""

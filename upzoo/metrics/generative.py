@@ -15,7 +15,7 @@ import torch
 
 from upzoo.errors import ShapeError
 from upzoo.metrics.checkerboard import image_checkerboard
-from upzoo.metrics.feature_distance import FeatureDistances, FeatureExtractor
+from upzoo.metrics.feature_distance import FeatureDistances, FeatureExtractor, check_extractor, check_kid_options
 from upzoo.metrics.spectrum import (
     as_unit_images,
     corner_error,
@@ -66,6 +66,10 @@ class RealImages:
         patches_per_image: int = 128,
         seed: int = 0,
     ) -> None:
+        if extractor is not None:
+            check_extractor(extractor)
+        check_kid_options(subsets, subset_size, seed)
+        SlicedWasserstein(patches_per_image=patches_per_image, seed=seed)  # its options, checked before any work
         batches = [images] if isinstance(images, torch.Tensor) else list(images)
         if not batches:
             raise ShapeError("the real set has no images")
@@ -125,7 +129,7 @@ class RealImages:
         if len(generated) < 2:
             return {"kid_fd": "KID/FD not computed: they need at least 2 images of each set"}
         distances = FeatureDistances(self.extractor, self.subsets, min(self.subset_size, len(generated)), self.seed)
-        distances.features[True] = [self.features]
+        distances.add_features(self.features, real=True)
         for batch in generated.split(256):
             distances.update(batch, real=False)
         result = distances.compute()

@@ -158,7 +158,10 @@ def _as_spectrum(spectrum: np.ndarray, what: str) -> np.ndarray:
     Raises:
         ShapeError: naming what came.
     """
-    spectrum = np.asarray(spectrum, np.float64)
+    try:
+        spectrum = np.asarray(spectrum, np.float64)
+    except (TypeError, ValueError):
+        raise ShapeError(f"{what}: expected a radial spectrum (R,) of numbers, got {type(spectrum).__name__}") from None
     if spectrum.ndim != 1 or len(spectrum) < 2:
         raise ShapeError(
             f"{what}: expected a radial spectrum (R,) of R >= 2 rings (images of at least 2x2), got shape "

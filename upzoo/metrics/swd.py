@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from upzoo.checks import check_positive_int
 from upzoo.errors import ShapeError
 from upzoo.metrics.spectrum import as_unit_images
 
@@ -123,8 +124,8 @@ class SlicedWasserstein:
 
     def __init__(self, patches_per_image: int = 128, repeats: int = 4, directions: int = 128, seed: int = 0) -> None:
         for name, value in (("patches_per_image", patches_per_image), ("repeats", repeats), ("directions", directions)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ShapeError(f"SlicedWasserstein: {name} must be a whole number >= 1, got {value!r}")
+            check_positive_int(value, f"SlicedWasserstein: {name}", error=ShapeError)
+        check_positive_int(seed, "SlicedWasserstein: seed", minimum=0, error=ShapeError)
         self.patches_per_image, self.repeats, self.directions = patches_per_image, repeats, directions
         self.seed = seed
         self.seen = {True: 0, False: 0}

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from upzoo.checks import check_spacing, is_int
+from upzoo.checks import check_positive_int, check_sizes, check_spacing
 from upzoo.errors import ConfigError
 
 __all__ = ["plan_strides"]
@@ -46,14 +44,9 @@ def _check_plan_arguments(
 ) -> tuple[list[float], list[int]]:
     """``plan_strides``' arguments checked once, with the value named."""
     spacing = check_spacing(spacing, "spacing", axes=None)
-    listed = isinstance(patch_size, (Sequence, np.ndarray)) and not isinstance(patch_size, (str, bytes))
-    if not listed or not len(patch_size):
-        raise ConfigError(f"patch_size must be a list with one value per axis, got {patch_size!r}")
-    if not all(is_int(n) and n >= 1 for n in patch_size):
-        raise ConfigError(f"patch_size must be positive whole numbers, got {tuple(patch_size)!r}")
+    patch_size = check_sizes(patch_size, "patch_size")
     if len(spacing) != len(patch_size):
         raise ConfigError(f"spacing {tuple(spacing)} and patch_size {tuple(patch_size)} need one value per axis each")
     for name, value in (("max_stages", max_stages), ("min_size", min_size)):
-        if not is_int(value) or value < 1:
-            raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")
+        check_positive_int(value, name)
     return [float(s) for s in spacing], [int(n) for n in patch_size]
