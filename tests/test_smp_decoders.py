@@ -131,11 +131,36 @@ def test_a_point_list_a_mapping_and_options_per_point():
         ({"upsampling": 2}, ConfigError, r"the head always upsamples the logits to the input size"),
         ({"input_policy": "crop"}, ConfigError, r"input_policy must be 'pad' or 'strict', got 'crop'"),
         ({"classes": 0}, ConfigError, r"classes"),
+        ({"encoder_name": "resnet999"}, ConfigError, r"unknown encoder 'resnet999'; did you mean 'resnet50'\?"),
+        ({"encoder_name": None}, ConfigError, r"unknown encoder None"),
+        ({"encoder_depth": 2}, ConfigError, r"smp refuses these options \(ValueError: Encoder depth for FPN"),
+        ({"encoder_depth": "3"}, ConfigError, r"encoder_depth must be a whole number >= 1, got '3'"),
+        (
+            {"upsampler_options": {"mode": "nearest"}},
+            ConfigError,
+            r"apply to the blocks upsampler names, and it names none",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_with_the_fix(kwargs, error, message):
+    kwargs = {"encoder_name": "resnet18", **kwargs}
     with pytest.warns() if "kernel_size" in str(kwargs) else _nothing(), pytest.raises(error, match=message):
-        smp_fpn("resnet18", **kwargs)
+        smp_fpn(**kwargs)
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+def test_a_shallower_fpn_still_returns_logits_at_the_input_size(depth):
+    """smp's FPN upsamples its head x4 at any encoder depth (logits at 2x/4x the input for depth
+    4/3); upzoo's ends the head at the input size: smp's model with ``upsampling=2**(depth-3)``."""
+    torch.manual_seed(0)
+    widths = DECODERS["fpn"][3]
+    reference = smp.FPN("resnet18", encoder_weights=None, encoder_depth=depth, upsampling=2 ** (depth - 3), **widths)
+    ours = smp_fpn("resnet18", encoder_depth=depth, **widths)
+    ours.load_state_dict(reference.state_dict(), strict=True)
+    x = torch.randn(1, 3, 64, 96)
+    torch.testing.assert_close(ours.eval()(x), reference.eval()(x), rtol=0, atol=0)
+    assert ours(x).shape[2:] == (64, 96)
+    assert smp_fpn("resnet18", encoder_depth=depth, upsampler="pixel_shuffle", **widths).eval()(x).shape[2:] == (64, 96)
 
 
 class _nothing:

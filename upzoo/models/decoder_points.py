@@ -90,6 +90,11 @@ def _options(upsampler_options: Any, names: dict[str, str | None], owner: str) -
             f"{owner} upsampler_options mixes point names ({', '.join(keyed)}) with block options; give either "
             f"one mapping for the named blocks or one mapping per point"
         )
+    if upsampler_options and all(name is None for name in names.values()):
+        raise ConfigError(
+            f"{owner} upsampler_options {dict(upsampler_options)!r} apply to the blocks upsampler names, and it names "
+            f"none; name them (upsampler=NAME) or key the options by point ({', '.join(points)})"
+        )
     return {p: (dict(upsampler_options) if names[p] is not None else {}) for p in points}
 
 

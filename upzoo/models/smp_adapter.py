@@ -85,15 +85,7 @@ def smp_unet(
         ConfigError: ``encoder_weights`` other than None (load local weights into ``net.encoder``).
     """
 
-    check_positive_int(classes, "classes")
-    check_positive_int(in_channels, "in_channels")
-    check_input_policy(input_policy)
-    refuse_download(smp_kwargs.pop("encoder_weights", None), "smp_unet")
-    check_smp_kwargs("Unet", encoder_name, smp_kwargs, "smp_unet")
-    model = padded_smp_class("Unet")(
-        encoder_name, encoder_weights=None, classes=classes, in_channels=in_channels, **smp_kwargs
-    )
-    model.input_policy = input_policy
+    model = build_smp_model("Unet", "smp_unet", encoder_name, classes, in_channels, input_policy, smp_kwargs)
     options = dict(upsampler_options or {})
     blocks = model.decoder.blocks
     names = per_stage(upsampler, len(blocks), "upsampler", "interpolate")
@@ -148,6 +140,42 @@ def padded_smp_class(name: str) -> type[nn.Module]:
 
     Padded.__name__ = Padded.__qualname__ = name
     return Padded
+
+
+def build_smp_model(smp_name: str, owner: str, encoder_name: Any, classes: Any, in_channels: Any,
+                    input_policy: Any, smp_kwargs: dict[str, Any]) -> nn.Module:  # fmt: skip
+    """smp's model ``smp_name`` (padded, see :func:`padded_smp_class`), its arguments checked first:
+    whole numbers, the input policy, no download, a known encoder, keywords smp takes; smp's own
+    refusals (an encoder depth it does not support, ...) come back as one-line ``ConfigError``."""
+    check_positive_int(classes, "classes")
+    check_positive_int(in_channels, "in_channels")
+    check_input_policy(input_policy)
+    refuse_download(smp_kwargs.pop("encoder_weights", None), owner)
+    check_encoder_name(encoder_name, owner)
+    if "encoder_depth" in smp_kwargs:
+        check_positive_int(smp_kwargs["encoder_depth"], "encoder_depth")
+    check_smp_kwargs(smp_name, encoder_name, smp_kwargs, owner)
+    try:
+        model = padded_smp_class(smp_name)(
+            encoder_name, encoder_weights=None, classes=classes, in_channels=in_channels, **smp_kwargs
+        )
+    except (AssertionError, KeyError, RuntimeError, TypeError, ValueError) as error:
+        message = " ".join(str(error.args[0] if error.args else error).split())[:300]
+        raise ConfigError(f"{owner}: smp refuses these options ({type(error).__name__}: {message})") from None
+    model.input_policy = input_policy
+    return model
+
+
+def check_encoder_name(encoder_name: Any, owner: str) -> None:
+    """smp's encoders by name, or a timm one as ``tu-NAME`` (timm checks that name itself)."""
+    from segmentation_models_pytorch.encoders import get_encoder_names
+
+    if isinstance(encoder_name, str) and (encoder_name.startswith("tu-") or encoder_name in get_encoder_names()):
+        return
+    raise ConfigError(
+        f"{owner}: unknown encoder {encoder_name!r}{did_you_mean(str(encoder_name), get_encoder_names())}; "
+        f"smp's encoders are listed by segmentation_models_pytorch.encoders.get_encoder_names(), timm's as 'tu-NAME'"
+    )
 
 
 def check_input_policy(input_policy: Any) -> None:

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from upzoo.checks import check_positive_int
+from upzoo.checks import is_int
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.models.decoder_points import Place, PointInfo, build_point_blocks
-from upzoo.models.smp_adapter import check_input_policy, check_smp_kwargs, padded_smp_class, refuse_download
+from upzoo.models.smp_adapter import build_smp_model
 from upzoo.upsamplers.guides import upsample
 
 __all__ = [
@@ -236,21 +236,16 @@ _KINDS = {  # architecture: (smp class, places, decoder class)
 def _build(kind: str, encoder_name: str, upsampler: Any, upsampler_options: Any, classes: int, in_channels: int,
            input_policy: str, smp_kwargs: dict[str, Any]) -> nn.Module:  # fmt: skip
     """smp's model with its decoder's and head's upsampling points replaced by registered blocks."""
-    check_positive_int(classes, "classes")
-    check_positive_int(in_channels, "in_channels")
-    check_input_policy(input_policy)
-    refuse_download(smp_kwargs.pop("encoder_weights", None), kind)
     if "upsampling" in smp_kwargs:
         raise ConfigError(
             f"{kind}: the head always upsamples the logits to the input size; got upsampling="
             f"{smp_kwargs['upsampling']!r}; choose its block with upsampler: {{head: NAME}} instead"
         )
     smp_name, places_of, decoder_class = _KINDS[kind]
-    check_smp_kwargs(smp_name, encoder_name, smp_kwargs, kind)
-    model = padded_smp_class(smp_name)(
-        encoder_name, encoder_weights=None, classes=classes, in_channels=in_channels, **smp_kwargs
-    )
-    model.input_policy = input_policy
+    if kind == "smp_fpn" and is_int(depth := smp_kwargs.get("encoder_depth", 5)) and depth >= 3:
+        # FPN's pyramid ends at stride 2**(depth - 3); smp's head upsamples x4 for any depth
+        smp_kwargs = {**smp_kwargs, "upsampling": 2 ** (depth - 3)}
+    model = build_smp_model(smp_name, kind, encoder_name, classes, in_channels, input_policy, smp_kwargs)
     head = model.segmentation_head
     head_scale = int(head[1].scale_factor) if isinstance(head[1], nn.Upsample) else 1
     places = places_of(model) + [Place("head", classes, head_scale, 0, _BILINEAR_CORNERS)] * (head_scale > 1)
