@@ -165,12 +165,38 @@ def test_two_launches_into_one_dir_do_not_run_a_cell_twice(cache, tmp_path):
     assert not (folder / "last.pt").exists()
 
 
-def test_a_plan_in_dir_refuses_another_comparison(cache, tmp_path):
-    _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=1)
+@pytest.mark.parametrize(
+    ("options", "difference"),
+    [
+        ({"lr": 0.5}, "another base recipe (a changed recipe file or --set)"),
+        (
+            {"variants": "interpolate,transposed"},
+            "variants ['interpolate', 'transposed'] (the plan there: ['interpolate'])",
+        ),
+        ({"seeds": 2}, "seeds [0, 1] (the plan there: [0])"),
+    ],
+)
+def test_a_plan_in_dir_refuses_another_comparison(cache, tmp_path, options, difference):
     from upzoo.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="holds another recipe for cell interpolate seed 0 \\(hash"):
-        _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=1, lr=0.5)
+    first = _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=1)
+    before = {p: p.read_bytes() for p in (tmp_path / "cmp").rglob("*") if p.is_file()}
+    options = {"variants": "interpolate", "seeds": 1, **options}
+    with pytest.raises(ConfigError, match="holds another comparison's plan") as info:
+        _plan(cache, tmp_path / "cmp", **options)
+    assert difference in str(info.value)
+    assert {p: p.read_bytes() for p in (tmp_path / "cmp").rglob("*") if p.is_file()} == before  # nothing replaced
+    assert _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=1).cells == first.cells  # the same plan again
+
+
+def test_a_plan_goes_only_into_an_empty_folder_or_its_own(cache, tmp_path):
+    from upzoo.errors import ConfigError
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("a user's file")
+    with pytest.raises(ConfigError, match="mine is not empty \\(notes.txt\\) and holds no comparison plan"):
+        _plan(cache, tmp_path / "mine", variants="interpolate", seeds=1)
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
 
 
 @pytest.mark.slow  # 15 s: submitit starts a process per job

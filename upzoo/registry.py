@@ -14,7 +14,7 @@ import importlib.metadata
 import inspect
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -32,6 +32,7 @@ __all__ = [
     "create_upsampler",
     "list_upsamplers",
     "upsampler_info",
+    "block_options",
 ]
 
 Kind = Literal["upsampler", "post_filter"]
@@ -308,6 +309,27 @@ def create_upsampler(
         return UPSAMPLERS.create(
             name, spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale, **options
         )
+
+
+def block_options(options: Any, owner: str) -> dict[str, Any]:
+    """A block's options as a model takes them (a mapping of names, or None): the model sets the
+    contract arguments (``spatial_dims``, ``in_channels``, ``out_channels``, ``scale``) and the guide's
+    channels itself, so options that name them are refused rather than colliding.
+
+    Raises:
+        ConfigError: not a mapping, or naming an argument the model sets.
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        raise ConfigError(f"{owner} upsampler_options: expected a mapping of option names to values, got {options!r}")
+    taken = [k for k in options if k in (*CONTRACT_ARGS, "guide_channels")]
+    if taken:
+        raise ConfigError(
+            f"{owner} upsampler_options sets {taken[0]}={options[taken[0]]!r}, which the model sets itself at every "
+            f"block (its {', '.join(CONTRACT_ARGS)} and a guide's channels); remove it from the options"
+        )
+    return dict(options)
 
 
 def list_upsamplers(pattern: str = "*", *, kind: Kind | None = None) -> list[str]:

@@ -164,6 +164,7 @@ def write_plan(plan: Plan, out: str | Path) -> Path:
         ConfigError: ``out`` holds another comparison's cell recipe.
     """
     out = Path(out)
+    _check_plan_folder(plan, out)
     for cell in plan.cells:
         path, text = Path(cell.recipe_file), plan.texts[cell.recipe_file]
         if path.is_file() and path.read_text() != text:
@@ -180,6 +181,37 @@ def write_plan(plan: Plan, out: str | Path) -> Path:
     for cell in plan.cells:
         Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
     return out / PLAN_FILE
+
+
+def _check_plan_folder(plan: Plan, out: Path) -> None:
+    """A plan goes into an empty (or new) folder, or over the same plan: another plan's files, a
+    run or a user's files are never replaced.
+
+    Raises:
+        ConfigError: naming what differs, or what the folder holds.
+    """
+    if (out / PLAN_FILE).is_file():
+        old = read_plan(out)
+        differences = [
+            f"{what} {mine} (the plan there: {theirs})"
+            for what, mine, theirs in (
+                ("variants", plan.variants, old.variants),
+                ("seeds", plan.seeds, old.seeds),
+                ("baseline", plan.baseline, old.baseline),
+                ("processes per cell", {c.nproc for c in plan.cells}, {c.nproc for c in old.cells}),
+            )
+            if mine != theirs
+        ] + ["another base recipe (a changed recipe file or --set)"] * (plan.recipe != old.recipe)
+        if differences:
+            raise ConfigError(
+                f"{out} holds another comparison's plan: this one has {'; '.join(differences)}; plan into another "
+                f"--out, or remove the old comparison"
+            )
+    elif out.is_dir() and (entries := sorted(p.name for p in out.iterdir())):
+        shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+        raise ConfigError(
+            f"{out} is not empty ({shown}) and holds no comparison plan; plan into an empty or new --out folder"
+        )
 
 
 def read_plan(out: str | Path) -> Plan:

@@ -32,9 +32,14 @@ def parse_variants(text: str) -> list[Variant]:
     from upzoo.yaml_files import parse_yaml
 
     variants = []
-    for part in (p.strip() for p in text.split(",")):
+    parts = [p.strip() for p in str(text).split(",")]
+    for index, part in enumerate(parts):
         if not part:
-            continue
+            if len(parts) == 1:
+                break
+            raise ConfigError(
+                f"--upsamplers {text!r}: variant {index + 1} of {len(parts)} is empty; remove the extra comma"
+            )
         name, _, rest = part.partition(":")
         options = {}
         for pair in filter(None, rest.split(":")):

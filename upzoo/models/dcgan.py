@@ -11,7 +11,7 @@ from torch import nn
 from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape
-from upzoo.registry import create_upsampler
+from upzoo.registry import block_options, create_upsampler
 from upzoo.runtime import warnings_at_caller
 from upzoo.upsamplers.guides import guide_options
 
@@ -62,7 +62,7 @@ class DCGANGenerator(nn.Module):
             nn.BatchNorm2d(channels[0]),
             nn.ReLU(inplace=True),
         )
-        options = dict(upsampler_options or {})
+        options = block_options(upsampler_options, "DCGANGenerator")
         stages: list[nn.Module] = []
         for i in range(n):
             last = i == n - 1

@@ -16,7 +16,7 @@ from typing import Any
 from torch import nn
 
 from upzoo.errors import ConfigError, did_you_mean
-from upzoo.registry import create_upsampler
+from upzoo.registry import block_options, create_upsampler
 from upzoo.runtime import warnings_at_caller
 from upzoo.upsamplers.guides import guide_options
 
@@ -84,7 +84,7 @@ def _options(upsampler_options: Any, names: dict[str, str | None], owner: str) -
     if keyed and len(keyed) == len(upsampler_options):
         if not all(isinstance(v, Mapping) for v in upsampler_options.values()):
             raise ConfigError(f"{owner} upsampler_options by point: each value must be a mapping of options")
-        return {p: dict(upsampler_options.get(p) or {}) for p in points}
+        return {p: block_options(upsampler_options.get(p), f"{owner} {p}") for p in points}
     if keyed:
         raise ConfigError(
             f"{owner} upsampler_options mixes point names ({', '.join(keyed)}) with block options; give either "
@@ -95,7 +95,8 @@ def _options(upsampler_options: Any, names: dict[str, str | None], owner: str) -
             f"{owner} upsampler_options {dict(upsampler_options)!r} apply to the blocks upsampler names, and it names "
             f"none; name them (upsampler=NAME) or key the options by point ({', '.join(points)})"
         )
-    return {p: (dict(upsampler_options) if names[p] is not None else {}) for p in points}
+    options = block_options(upsampler_options, owner)
+    return {p: (dict(options) if names[p] is not None else {}) for p in points}
 
 
 def build_point_blocks(

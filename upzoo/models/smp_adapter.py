@@ -14,7 +14,7 @@ from upzoo.errors import ConfigError, ShapeError, did_you_mean
 from upzoo.layers import check_input_shape, crop_start, pad_end
 from upzoo.models.sizes import AxisRule
 from upzoo.models.unet import InputPolicy, per_stage
-from upzoo.registry import create_upsampler
+from upzoo.registry import block_options, create_upsampler
 from upzoo.runtime import warnings_at_caller
 from upzoo.upsamplers.guides import guide_options, upsample
 
@@ -86,7 +86,7 @@ def smp_unet(
     """
 
     model = build_smp_model("Unet", "smp_unet", encoder_name, classes, in_channels, input_policy, smp_kwargs)
-    options = dict(upsampler_options or {})
+    options = block_options(upsampler_options, "smp_unet")
     blocks = model.decoder.blocks
     names = per_stage(upsampler, len(blocks), "upsampler", "interpolate")
     for i, (block, name) in enumerate(zip(blocks, names)):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
@@ -16,7 +16,7 @@ from upzoo.layers import check_input_shape, conv_nd, crop_start, pad_end
 from upzoo.models.blocks import DoubleConv
 from upzoo.models.encoders import Encoder, create_encoder, stage_scales
 from upzoo.models.sizes import AxisRule, find_axis_rule
-from upzoo.registry import create_upsampler
+from upzoo.registry import block_options, create_upsampler
 from upzoo.runtime import warnings_at_caller
 from upzoo.upsamplers.guides import guide_options, upsample
 
@@ -235,10 +235,11 @@ class UNet(nn.Module):
                 f"decoder_channels needs {n} entries (one per decoder stage), got {list(decoder_channels)}"
             )
         names = per_stage(upsampler, n, "upsampler", "transposed")
-        if isinstance(upsampler_options, dict) or upsampler_options is None:
-            options = [dict(upsampler_options or {}) for _ in range(n)]
+        if isinstance(upsampler_options, (Mapping, str)) or upsampler_options is None:
+            options = [block_options(upsampler_options, "UNet") for _ in range(n)]
         else:
-            options = [dict(o or {}) for o in per_stage(list(upsampler_options), n, "upsampler_options", {})]
+            stages = per_stage(list(upsampler_options), n, "upsampler_options", {})
+            options = [block_options(o, f"UNet decoder stage {i}") for i, o in enumerate(stages)]
         ins = [self.encoder.channels[-1]] + list(decoder_channels[:-1])
         stages = []
         for index, (i, s, o, sc, name, opt) in enumerate(zip(ins, skips, decoder_channels, scales, names, options)):
