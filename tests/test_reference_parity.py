@@ -90,9 +90,34 @@ def test_dysample_equals_the_authors_module_with_their_weights(scale, groups, st
     (gx,) = torch.autograd.grad(got, x, grad)
     assert (gx - gx_ref).abs().max() <= 1e-10
     back = reference_state_dict(block, source="dysample")
-    assert set(back) == {k for k in ref.state_dict() if k != "init_pos"}
+    assert set(back) == set(ref.state_dict())  # the persistent init_pos included
     for key, value in back.items():
-        torch.testing.assert_close(value, ref.state_dict()[key], rtol=0, atol=0)
+        tolerance = 1e-7 if key == "init_pos" else 0  # theirs in float32, the port's in float64 (see the port)
+        torch.testing.assert_close(value, ref.state_dict()[key], rtol=0, atol=tolerance)
+    fresh = _float64(lambda: AuthorsDySample(channels, scale, style, groups, dyscope))
+    fresh.load_state_dict(back, strict=True)  # the weights go back into the authors' module
+    torch.testing.assert_close(fresh(x), expected, rtol=0, atol=1e-6)
+
+
+def test_weights_that_are_not_finite_float_tensors_are_refused_naming_the_key():
+    block = create_upsampler("dysample", spatial_dims=2, in_channels=16, out_channels=16, scale=2)
+    good = AuthorsDySample(16, 2, "lp", 4).state_dict()
+    nan = torch.full((32,), float("nan"))
+    bad_values = [("abc", "got str"), (None, "got NoneType"), (nan, "32 of 32 values are NaN"),
+                  (torch.zeros(32, dtype=torch.long), "got torch.int64")]  # fmt: skip
+    for value, message in bad_values:
+        with pytest.raises(ShapeError, match=f"dysample offset.bias.*{message}"):
+            load_reference_state_dict(block, {**good, "offset.bias": value}, source="dysample")
+    carafe = create_upsampler("carafe", spatial_dims=2, in_channels=4, out_channels=4, scale=2)
+    theirs = reference_state_dict(carafe, source="carafe")
+    load_reference_state_dict(carafe, {k: v.numpy() for k, v in theirs.items()}, source="carafe")  # arrays load
+    with pytest.raises(ShapeError, match="carafe content_encoder.weight: 1 of"):
+        theirs["content_encoder.weight"].view(-1)[0] = float("inf")
+        load_reference_state_dict(carafe, theirs, source="carafe")
+    with pytest.raises(ShapeError, match=r"init_pos \(1, 16, 1, 1\) is not the one of scale 2 and 4 group\(s\)"):
+        load_reference_state_dict(
+            block, {**good, "init_pos": AuthorsDySample(16, 2, "lp", 2).init_pos}, source="dysample"
+        )
 
 
 def test_a_fresh_block_starts_where_the_authors_block_starts():
@@ -299,6 +324,44 @@ def test_fade_equals_the_authors_module_with_their_weights():
     _assert_same(block(de, en), ref(en, de), [de, en])
     back = reference_state_dict(block, source="fade")
     assert all(torch.equal(back[key], value) for key, value in ref.state_dict().items())
+
+
+class AuthorsFadeEinopsCopy(AuthorsFade):
+    """A port of the einops copy in poppinace/fade's ``pytorch_implementation/FADE_H2L.py``: the same
+    keys, but the concatenated paddings split as ``'b (c scale_2) h w -> (b scale_2) c h w'``."""
+
+    def forward(self, en: torch.Tensor, de: torch.Tensor) -> torch.Tensor:
+        gen = self.kernel_generator
+        b, _, h, w = de.shape
+        compressed_en, compressed_de = gen.conv1_en(en), gen.conv1_de(de)
+        pads = [F.pad(compressed_en, p) for p in ([1, 0, 1, 0], [0, 1, 1, 0], [1, 0, 0, 1], [0, 1, 0, 1])]
+        c = compressed_en.shape[1]
+        pad_en = (
+            torch.cat(pads, dim=1)
+            .view(b, c, 4, 2 * h + 1, 2 * w + 1)
+            .transpose(1, 2)
+            .reshape(b * 4, c, 2 * h + 1, 2 * w + 1)
+        )
+        kernels = F.conv2d(pad_en, gen.conv2_kernels, gen.conv2_bias, stride=2).view(b, 4, self.k**2, h, w)
+        kernels = kernels + F.conv2d(compressed_de, gen.conv2_kernels, gen.conv2_bias, padding=1).unsqueeze(1)
+        kernels = kernels.view(b, 2, 2, self.k**2, h, w).permute(0, 3, 4, 1, 5, 2).reshape(b, self.k**2, 2 * h, 2 * w)
+        gate = torch.sigmoid(F.interpolate(self.gate_generator.conv(de), scale_factor=2))
+        reassembled = torch.einsum("bckhw,bkhw->bchw", _neighbourhoods_up(de, self.k, 2), kernels.softmax(dim=1))
+        return gate * en + (1 - gate) * reassembled
+
+
+def test_the_fade_repositorys_einops_copy_computes_another_function_and_is_refused():
+    torch.manual_seed(2)
+    ref = _float64(lambda: AuthorsFade(6, embedding=4))
+    _randomise(ref)
+    copy = _float64(lambda: AuthorsFadeEinopsCopy(6, embedding=4))
+    copy.load_state_dict(ref.state_dict(), strict=True)  # the same keys and shapes
+    de, en = torch.randn(2, 6, 5, 5, dtype=torch.float64), torch.randn(2, 6, 10, 10, dtype=torch.float64)
+    assert (copy(en, de) - ref(en, de)).abs().max() > 1e-3  # one set of weights, two functions
+    block = create_upsampler("fade", spatial_dims=2, in_channels=6, out_channels=6, scale=2, guide_channels=6,
+                             embedding_channels=4)  # fmt: skip
+    with pytest.raises(ConfigError, match="splits the four shifted encoder paddings channel-interleaved"):
+        load_reference_state_dict(block, copy.state_dict(), source="fade_pytorch")
 
 
 @pytest.mark.parametrize("scale, kernel", [(2, 5), (3, 3), (4, 5)])
