@@ -74,6 +74,10 @@ def test_upzoo_eval_measures_a_generator(gan_run, seg_run):
     plain = run_cli("eval", gan_run, "--set", "eval.features=null", "--set", "eval.gan_images=20")
     assert plain.returncode == 0 and "SWD " in plain.stdout and "(20 generated vs 20 real images)" in plain.stdout
     assert NO_FEATURES in plain.stdout and "KID" not in plain.stdout.split(";")[0]
+    assert "eval.gan_images" not in plain.stderr  # 20 asked, 20 held out: nothing to say
+    more = run_cli("eval", gan_run, "--set", "eval.features=null", "--set", "eval.gan_images=100")
+    assert more.returncode == 0 and "(20 generated vs 20 real images)" in more.stdout
+    assert "eval.gan_images=100, but the held-out validation set has 20 images" in more.stderr  # said, not silent
     missing = run_cli("eval", gan_run, "--set", "eval.features=/no/such/run")
     assert missing.returncode == 1 and "eval.features: /no/such/run does not exist" in missing.stderr
     assert "Traceback" not in missing.stderr

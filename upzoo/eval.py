@@ -76,19 +76,19 @@ def evaluate_generator(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]
         DataError: a missing or corrupt checkpoint, or data that does not load.
     """
     from upzoo.data.factory import build_datasets
-    from upzoo.train.gan_evaluation import GanEvaluator
+    from upzoo.train.gan_evaluation import GanEvaluator, held_out_images, say_gan_images
 
     device = resolve_device(recipe.train.device, "train.device")
     loaded = load_model(checkpoint, device=device, kind="gan", purpose="upzoo eval")
     options = loaded.spec.options
     bundle = build_datasets(recipe.data, task="gan", resolution=options["resolution"])
-    real = bundle.val if bundle.val is not None else bundle.train
+    real, held_out = held_out_images(bundle)
+    say_gan_images(recipe.eval.gan_images, real, held_out)
     evaluator = GanEvaluator(
         real, recipe.eval.gan_images, options["latent_dim"], recipe.train.seed, recipe.eval.features
     )
     from contextlib import nullcontext
 
     report = evaluator.real.compare(evaluator.generate(loaded.model, device, nullcontext))
-    held_out = "validation" if bundle.val is not None else "training (the data has no validation split)"
     return {**report.as_dict(), "images": evaluator.count, "real_images": held_out, "checkpoint": str(checkpoint),
             "step": loaded.step}  # fmt: skip

@@ -4,6 +4,7 @@ real images (the data's validation split; the training images when the data has 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from upzoo.errors import ConfigError
 from upzoo.metrics.feature_distance import FeatureExtractor, encoder_features, inception_features
 from upzoo.metrics.generative import GenerativeReport, RealImages
 
-__all__ = ["feature_extractor", "GanEvaluator"]
+__all__ = ["feature_extractor", "GanEvaluator", "held_out_images", "say_gan_images"]
 
 
 def feature_extractor(features: str | None, device: str = "cpu") -> FeatureExtractor | None:
@@ -35,6 +36,26 @@ def feature_extractor(features: str | None, device: str = "cpu") -> FeatureExtra
         f"eval.features: {features} does not exist; give a segmentation run folder (its encoder's features) "
         f"or a local FID Inception weights file"
     )
+
+
+def held_out_images(bundle: Any) -> tuple[Any, str]:
+    """The real images a generator is measured against, and what they are: the data's validation
+    split, or its training images when it has none."""
+    if bundle.val is not None:
+        return bundle.val, "validation"
+    return bundle.train, "training (the data has no validation split)"
+
+
+def say_gan_images(wanted: int, real: Any, split: str) -> None:
+    """``eval.gan_images`` is an upper bound: with fewer held-out images as many generated images as
+    there are held-out ones are measured, and a warning says so (never a quiet clamp)."""
+    if wanted > len(real):
+        warnings.warn(
+            f"eval.gan_images={wanted}, but the held-out {split} set has {len(real)} images: the generative metrics "
+            f"compare {len(real)} generated with {len(real)} real images; give more held-out images to measure "
+            f"{wanted}",
+            stacklevel=2,
+        )
 
 
 class GanEvaluator:

@@ -226,6 +226,9 @@ class GanTask(Task):
             ),
         }
         self.latent = spec.options["latent_dim"]
+        from upzoo.train.gan_evaluation import held_out_images, say_gan_images
+
+        say_gan_images(prepared.recipe.eval.gan_images, *held_out_images(prepared.data))  # before training
         self.fixed_z = torch.randn(64, self.latent, generator=torch.Generator().manual_seed(cfg.seed))
         self.evaluator = None  # the held-out real images are read at the first evaluation
         self.last: dict[str, Any] = {}
@@ -262,7 +265,7 @@ class GanTask(Task):
     def evaluate(self, ctx: StepContext) -> dict[str, float]:
         if not ctx.is_main:
             return {}
-        from upzoo.train.gan_evaluation import GanEvaluator
+        from upzoo.train.gan_evaluation import GanEvaluator, held_out_images
 
         generator = self.modules["generator"]
         generator.eval()
@@ -271,13 +274,12 @@ class GanTask(Task):
         generator.train()
         sample_grid(images, ctx.run_path / f"samples_{ctx.step:06d}.png")
         data, recipe = self.prepared.data, self.prepared.recipe
+        real, held_out = held_out_images(data)
         if self.evaluator is None:
-            real = data.val if data.val is not None else data.train
             self.evaluator = GanEvaluator(
                 real, recipe.eval.gan_images, self.latent, recipe.train.seed, recipe.eval.features
             )
         report = self.evaluator.evaluate(generator, ctx.device, ctx.autocast, ctx.run_path)
-        held_out = "validation" if data.val is not None else "training (the data has no validation split)"
         spectra = {
             "spectrum_real": report.spectrum_real.tolist(),
             "spectrum_generated": report.spectrum_generated.tolist(),
