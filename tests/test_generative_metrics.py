@@ -20,7 +20,13 @@ from upzoo.metrics.feature_distance import (
     kernel_distance,
     module_features,
 )
-from upzoo.metrics.spectrum import RadialSpectrum, radial_power_spectrum, spectral_decay, spectral_error
+from upzoo.metrics.spectrum import (
+    RadialSpectrum,
+    corner_error,
+    radial_power_spectrum,
+    spectral_decay,
+    spectral_error,
+)
 from upzoo.metrics.swd import SlicedWasserstein, laplacian_pyramid, sliced_wasserstein
 
 
@@ -78,6 +84,15 @@ def test_spectral_error_and_decay():
     boosted = real.copy()
     boosted[9:] *= 1.5  # the upper half of a 32x32 spectrum: rings above 8
     assert spectral_error(boosted, real)[1] == pytest.approx(0.5)
+    corners = real.copy()
+    corners[17:] *= 3.0  # beyond Nyquist (16): the diagonal frequencies only, measured apart
+    assert spectral_error(corners, real)[1] == 0 and corner_error(corners, real) == pytest.approx(2.0)
+    band = real.copy()
+    band[9:17] *= 0.5  # N/4 < r <= N/2: the band both axes measure
+    assert spectral_error(band, real)[1] == pytest.approx(0.5) and corner_error(band, real) == 0
+    lower = real.copy()
+    lower[1:9] *= 2.0  # r <= N/4: outside the summary
+    assert spectral_error(lower, real)[1] == 0 and corner_error(lower, real) == 0
     radii = np.arange(1, 24, dtype=float)
     power_law = np.concatenate([[1.0], 3.0 * radii**-2.5])
     assert spectral_decay(power_law).decay == pytest.approx(2.5)

@@ -268,3 +268,56 @@ def test_bad_target_spacing_is_refused_with_its_path(data, message):
     with pytest.raises(ConfigError, match=message):
         model = {"architecture": "unet", "spatial_dims": 3, "in_channels": 1, "num_classes": 2}
         parse_recipe({"model": model, "data": data})
+
+
+# -- spacing as the header holds it, and resampled sizes that cannot be ---------------------------
+def _nifti_with_pixdim(path: Path, pixdim: tuple[float, float, float]) -> Path:
+    import nibabel as nib
+
+    image = nib.Nifti1Image(np.ones((6, 8, 8), np.float32), np.eye(4))
+    image.header["pixdim"][1:4] = pixdim  # as written by a broken converter: nibabel would repair it on load
+    nib.save(image, str(path))
+    return path
+
+
+@pytest.mark.parametrize("pixdim", [(0.0, 1.0, 1.0), (1.0, -2.0, 1.0), (1.0, 1.0, np.nan), (1e6, 1.0, 1.0)])
+def test_a_header_spacing_that_is_not_a_voxel_size_is_refused_as_written(tmp_path, pixdim, volume_run, caplog):
+    from upzoo.data.resampling import read_spacing
+    from upzoo.data.volumes import read_volume
+    from upzoo.errors import DataError
+
+    path = _nifti_with_pixdim(tmp_path / "case.nii.gz", pixdim)
+    shown = str(tuple(float(v) for v in pixdim[::-1])).replace("(", r"\(").replace(")", r"\)")
+    for read in (read_spacing, read_volume):
+        with pytest.raises(
+            DataError, match=rf"case.nii.gz: the header's voxel spacing must be positive .* got {shown}"
+        ):
+            read(path)
+    loaded, model = oracle(volume_run)
+    with pytest.raises(DataError, match="the header's voxel spacing"):  # predict: refused before any voxel
+        predict_files(
+            Predictor(loaded, window="off"), [path], PredictOptions(tmp_path / "o", num_workers=0, progress=False)
+        )
+    assert model.seen == [] and "setting" not in caplog.text  # nibabel's repair never ran
+
+
+def test_a_nifti2_header_reads_and_a_file_that_is_no_nifti_is_named(tmp_path):
+    import nibabel as nib
+
+    from upzoo.data.resampling import read_spacing
+    from upzoo.errors import DataError
+
+    affine = np.diag([2.0, 0.5, 0.5, 1.0])
+    nib.save(nib.Nifti2Image(np.ones((6, 8, 8), np.float32), affine), str(tmp_path / "two.nii"))
+    assert read_spacing(tmp_path / "two.nii") == (0.5, 0.5, 2.0)  # (D, H, W) = (z, y, x)
+    (tmp_path / "junk.nii").write_bytes(bytes(400))
+    with pytest.raises(DataError, match="junk.nii: not a NIfTI-1 or NIfTI-2 file"):
+        read_spacing(tmp_path / "junk.nii")
+
+
+def test_a_resampled_size_beyond_memory_is_refused_before_any_allocation():
+    from upzoo.errors import DataError
+
+    with pytest.raises(DataError, match=r"gives \(100000, 512, 512\) = 2.62e\+10 voxels \(97.7 GiB per float32"):
+        resampled_shape((100, 512, 512), (1000.0, 1.0, 1.0), (1.0, 1.0, 1.0))
+    assert resampled_shape((100, 512, 512), (5.0, 1.0, 1.0), (1.0, 1.0, 1.0)) == (500, 512, 512)

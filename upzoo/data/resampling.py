@@ -100,13 +100,30 @@ def read_spacing(path: str | Path) -> tuple[float, ...]:
     if path.name.endswith(".npy"):
         return (1.0, 1.0, 1.0)
     try:
-        import nibabel as nib
-
-        zooms = nib.load(str(path)).header.get_zooms()[:3]
+        zooms = _raw_header(path).get_zooms()[:3]
+    except DataError:
+        raise
     except Exception as exc:  # nibabel raises many kinds for a damaged header
         raise DataError(f"{path}: unreadable volume header ({type(exc).__name__}: {exc})") from None
-    spacing = tuple(float(f"{float(z):.6g}") for z in zooms)[::-1]
+    spacing = tuple(float(f"{float(z):.6g}") for z in zooms)[::-1]  # float32 headers
     return check_spacing(spacing, f"{path}: the header's voxel spacing", axes=None, error=DataError)
+
+
+def _raw_header(path: Path):
+    """The NIfTI-1 or NIfTI-2 header of ``path`` as written: ``nibabel.load`` would repair a zero or
+    negative spacing (to 1 or its absolute value) with only a log line, and the voxels would then be
+    resampled at a spacing nobody chose."""
+    import nibabel as nib
+    from nibabel.openers import ImageOpener
+
+    with ImageOpener(str(path)) as f:
+        first = f.read(4)
+        sizes = {int.from_bytes(first, "little"), int.from_bytes(first, "big")}  # either byte order
+        for klass in (nib.Nifti1Header, nib.Nifti2Header):
+            if klass.sizeof_hdr in sizes:
+                f.seek(0)
+                return klass.from_fileobj(f, check=False)
+    raise DataError(f"{path}: not a NIfTI-1 or NIfTI-2 file (its header does not start with size 348 or 540)")
 
 
 def median_spacing(spacings: Sequence[Sequence[float]]) -> tuple[float, ...]:

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from upzoo.checks import check_spacing
 from upzoo.data.decathlon import read_dataset_json, resolve_inside
+from upzoo.data.resampling import read_spacing
 from upzoo.data.seeding import reseed
 from upzoo.errors import DataError
 from upzoo.runtime import atomic_write
@@ -49,36 +49,50 @@ def read_volume(path: str | Path) -> tuple[np.ndarray, tuple[float, ...]]:
     ``.npy`` files carry no spacing: 1.0 per axis, unless the dataset gives one.
 
     Raises:
-        DataError: missing, unreadable or truncated file, or not 3D/4D.
+        DataError: missing, unreadable or truncated file, not 3D/4D, NaN/inf voxels, or a header
+            spacing that is not a voxel size.
     """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
+    if not path.name.endswith(".npy"):
+        array, spacing, _ = read_nifti(path)
+        return array, spacing
     try:
-        if path.name.endswith(".npy"):
-            array = np.load(path, allow_pickle=False)
-            spacing = (1.0,) * min(array.ndim, 3)
-        else:
-            import nibabel as nib
-
-            image = nib.load(str(path))
-            array = np.asarray(image.dataobj)
-            zooms = tuple(float(f"{float(z):.6g}") for z in image.header.get_zooms()[:3])  # float32 headers
-            array = (
-                array.transpose(tuple(range(array.ndim - 1, -1, -1)))
-                if array.ndim == 3
-                else array.transpose(3, 2, 1, 0)
-            )  # (x, y, z[, c]) -> ([c,] z, y, x)
-            spacing = zooms[::-1]
-    except DataError:
-        raise
-    except Exception as exc:  # nibabel/numpy raise many kinds for a damaged file
+        array = np.load(path, allow_pickle=False)
+    except Exception as exc:  # numpy raises many kinds for a damaged file
         raise DataError(f"{path}: unreadable or truncated volume ({type(exc).__name__}: {exc})") from None
+    return _checked(array, path), (1.0, 1.0, 1.0)
+
+
+def read_nifti(path: str | Path) -> tuple[np.ndarray, tuple[float, ...], Any]:
+    """A NIfTI volume as ``([C,] D, H, W)`` float32, its spacing ``(D, H, W)`` in mm from the header
+    as written (checked before any voxel is read: nibabel would repair a zero or negative one), and
+    the nibabel image (its affine and header, to write predictions back on the same grid).
+
+    Raises:
+        DataError: as :func:`read_volume`.
+    """
+    import nibabel as nib
+
+    path = Path(path)
+    spacing = read_spacing(path)
+    try:
+        image = nib.load(str(path))
+        array = np.asarray(image.dataobj)
+    except Exception as exc:  # nibabel raises many kinds for a damaged file
+        raise DataError(f"{path}: unreadable or truncated volume ({type(exc).__name__}: {exc})") from None
+    if array.ndim in (3, 4):
+        array = array.transpose((2, 1, 0) if array.ndim == 3 else (3, 2, 1, 0))  # (x, y, z[, c]) -> ([c,] z, y, x)
+    return _checked(array, path), spacing, image
+
+
+def _checked(array: np.ndarray, path: Path) -> np.ndarray:
     if array.ndim not in (3, 4):
         raise DataError(f"{path}: expected a 3D volume (or 4D with channels), got shape {array.shape}")
     array = np.ascontiguousarray(array, dtype=np.float32)
     refuse_non_finite(array, path)
-    return array, check_spacing(spacing, f"{path}: the header's voxel spacing", axes=None, error=DataError)
+    return array
 
 
 def refuse_non_finite(array: np.ndarray, path: str | Path) -> None:

@@ -95,22 +95,10 @@ def named_inputs(inputs: Sequence[str | Path], *, volumes: bool, exclude: Path |
 
 
 def _read_nifti(path: Path) -> InputFile:
-    import nibabel as nib
+    from upzoo.data.volumes import read_nifti
 
-    try:
-        image = nib.load(str(path))
-        array = np.asarray(image.dataobj, dtype=np.float32)
-    except Exception as exc:  # nibabel raises many kinds for a damaged file
-        raise DataError(f"{path}: unreadable or truncated volume ({type(exc).__name__}: {exc})") from None
-    if array.ndim not in (3, 4):
-        raise DataError(f"{path}: expected a 3D volume (or 4D with channels last), got shape {array.shape}")
-    from upzoo.data.volumes import refuse_non_finite
-
-    refuse_non_finite(array, path)
-    zooms = tuple(float(f"{float(z):.6g}") for z in image.header.get_zooms()[:3])
-    order = (2, 1, 0) if array.ndim == 3 else (3, 2, 1, 0)  # (x, y, z[, c]) -> ([c,] z, y, x)
-    array = np.ascontiguousarray(array.transpose(order))
-    return InputFile(path, array, image.affine, image.header, zooms[::-1])
+    array, spacing, image = read_nifti(path)
+    return InputFile(path, array, image.affine, image.header, spacing)
 
 
 def read_input(path: str | Path, *, volumes: bool, channels: int) -> InputFile:

@@ -160,6 +160,8 @@ def build_smp_model(smp_name: str, owner: str, encoder_name: Any, classes: Any, 
             encoder_name, encoder_weights=None, classes=classes, in_channels=in_channels, **smp_kwargs
         )
     except (AssertionError, KeyError, RuntimeError, TypeError, ValueError) as error:
+        if "meta tensors" in str(error):
+            raise  # built on the meta device to check a recipe: the caller builds it on the CPU instead
         message = " ".join(str(error.args[0] if error.args else error).split())[:300]
         raise ConfigError(f"{owner}: smp refuses these options ({type(error).__name__}: {message})") from None
     model.input_policy = input_policy
