@@ -24,6 +24,11 @@ from sybil import Sybil
 from sybil.evaluators.python import PythonEvaluator
 from sybil.parsers.markdown import CodeBlockParser
 
+if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+    import torch
+
+    torch.set_num_threads(1)  # one thread per pytest-xdist worker: two workers share the two cores
+
 ROOT = Path(__file__).resolve().parent
 QUICK = {"predict", "export", "sample", "shapes", "recipe", "list", "eval"}
 

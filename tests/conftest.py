@@ -11,7 +11,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 if "OMP_NUM_THREADS" not in os.environ:  # CI also runs the suite with OMP_NUM_THREADS=1: keep it
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    # one thread per pytest-xdist worker (two workers share the two cores); two in a single process
+    threads = 1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, os.cpu_count() or 1)
+    torch.set_num_threads(max(1, threads))
 
 
 @pytest.fixture(autouse=True)
