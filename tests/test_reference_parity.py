@@ -244,13 +244,18 @@ class AuthorsFade(nn.Module):
         self.kernel_generator.conv2_kernels = nn.Parameter(torch.randn(k * k, embedding, 3, 3))
         self.kernel_generator.conv2_bias = nn.Parameter(torch.randn(k * k))
 
+    @staticmethod
+    def split_shifts(padded: torch.Tensor, b: int, c: int) -> torch.Tensor:
+        """``(B, 4 * C, H', W')`` -> ``(4 * B, C, H', W')``: one shift per sample (mmcv module)."""
+        return padded.reshape(b * 4, c, *padded.shape[2:])
+
     def forward(self, en: torch.Tensor, de: torch.Tensor) -> torch.Tensor:
         gen = self.kernel_generator
         b, _, h, w = de.shape
         compressed_en, compressed_de = gen.conv1_en(en), gen.conv1_de(de)
         pads = [F.pad(compressed_en, p) for p in ([1, 0, 1, 0], [0, 1, 1, 0], [1, 0, 0, 1], [0, 1, 0, 1])]
         c = compressed_en.shape[1]
-        pad_en = torch.cat(pads, dim=1).view(b * 4, c, 2 * h + 1, 2 * w + 1)  # one shift per sample
+        pad_en = self.split_shifts(torch.cat(pads, dim=1), b, c)
         kernels = F.conv2d(pad_en, gen.conv2_kernels, gen.conv2_bias, stride=2)
         kernels = kernels.view(b, 4, self.k**2, h, w)
         kernels = kernels + F.conv2d(compressed_de, gen.conv2_kernels, gen.conv2_bias, padding=1).unsqueeze(1)
@@ -328,26 +333,12 @@ def test_fade_equals_the_authors_module_with_their_weights():
 
 class AuthorsFadeEinopsCopy(AuthorsFade):
     """A port of the einops copy in poppinace/fade's ``pytorch_implementation/FADE_H2L.py``: the same
-    keys, but the concatenated paddings split as ``'b (c scale_2) h w -> (b scale_2) c h w'``."""
+    keys and arithmetic, but the concatenated paddings split as ``'b (c scale_2) h w -> (b scale_2) c
+    h w'``, which mixes channels across the four shifts."""
 
-    def forward(self, en: torch.Tensor, de: torch.Tensor) -> torch.Tensor:
-        gen = self.kernel_generator
-        b, _, h, w = de.shape
-        compressed_en, compressed_de = gen.conv1_en(en), gen.conv1_de(de)
-        pads = [F.pad(compressed_en, p) for p in ([1, 0, 1, 0], [0, 1, 1, 0], [1, 0, 0, 1], [0, 1, 0, 1])]
-        c = compressed_en.shape[1]
-        pad_en = (
-            torch.cat(pads, dim=1)
-            .view(b, c, 4, 2 * h + 1, 2 * w + 1)
-            .transpose(1, 2)
-            .reshape(b * 4, c, 2 * h + 1, 2 * w + 1)
-        )
-        kernels = F.conv2d(pad_en, gen.conv2_kernels, gen.conv2_bias, stride=2).view(b, 4, self.k**2, h, w)
-        kernels = kernels + F.conv2d(compressed_de, gen.conv2_kernels, gen.conv2_bias, padding=1).unsqueeze(1)
-        kernels = kernels.view(b, 2, 2, self.k**2, h, w).permute(0, 3, 4, 1, 5, 2).reshape(b, self.k**2, 2 * h, 2 * w)
-        gate = torch.sigmoid(F.interpolate(self.gate_generator.conv(de), scale_factor=2))
-        reassembled = torch.einsum("bckhw,bkhw->bchw", _neighbourhoods_up(de, self.k, 2), kernels.softmax(dim=1))
-        return gate * en + (1 - gate) * reassembled
+    @staticmethod
+    def split_shifts(padded: torch.Tensor, b: int, c: int) -> torch.Tensor:
+        return padded.view(b, c, 4, *padded.shape[2:]).transpose(1, 2).reshape(b * 4, c, *padded.shape[2:])
 
 
 def test_the_fade_repositorys_einops_copy_computes_another_function_and_is_refused():
