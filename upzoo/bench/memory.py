@@ -1,14 +1,15 @@
 """Peak memory of a call. CUDA: the caching allocator's peak statistics. CPU: the process's peak
-resident set size minus the RSS just before the call (free heap memory is returned to the OS first,
-so the baseline is honest). On Linux the kernel's own high-water mark (``VmHWM``, reset through
-``/proc/self/clear_refs``) gives the exact peak, however briefly it lasted; elsewhere a background
-thread samples the RSS every ``interval`` seconds (a short-lived peak can fall between samples,
-more often when the call runs on every core)."""
+resident set size minus the RSS just before the call (garbage is collected and free heap memory
+returned to the OS first, so the baseline is honest). On Linux the kernel's own high-water mark
+(``VmHWM``, reset through ``/proc/self/clear_refs``) gives the exact peak, however briefly it
+lasted; elsewhere a background thread samples the RSS every ``interval`` seconds (a short-lived
+peak can fall between samples)."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import math
 import threading
 from collections.abc import Callable
@@ -35,6 +36,9 @@ class MemoryPeak:
 
 
 def _release_free_heap() -> None:
+    """Free unreachable objects (earlier garbage freed during the call would hide part of its peak)
+    and return free heap memory to the OS, so the baseline holds only what is alive."""
+    gc.collect()
     name = ctypes.util.find_library("c")
     if name:
         try:
@@ -57,8 +61,9 @@ def peak_memory(
         torch.cuda.synchronize(device)
         return MemoryPeak(torch.cuda.max_memory_allocated(device) - before, "torch.cuda.max_memory_allocated")
     _release_free_heap()
+    exact = _reset_high_water_mark()  # before the baseline: the mark starts at it
     baseline = psutil.Process().memory_info().rss
-    if _reset_high_water_mark():
+    if exact:
         fn()
         return MemoryPeak(max(_high_water_mark() - baseline, 0), "CPU peak RSS (the kernel's VmHWM)")
     return MemoryPeak(_sampled_peak(fn, interval) - baseline, f"CPU RSS sampled every {interval * 1e3:g} ms")
