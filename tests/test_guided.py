@@ -3,6 +3,7 @@ equations with explicit loops, gradcheck, the guide in the contract, U-Nets, com
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 
 from upzoo import ConfigError, ShapeError, UNet, create_upsampler
 from upzoo.shapes import ShapeSolver
+from upzoo.upsamplers.local_similarity import local_similarity, tiled_queries
 
 SCALES = [2, (2, 3)]
 
@@ -199,3 +201,43 @@ def test_onnx_export_matches_pytorch_in_onnxruntime(name, tmp_path):
     with torch.no_grad():
         expected = block(x, guide).numpy()
     assert math.isclose(float(abs(y - expected).max()), 0.0, abs_tol=1e-4)
+
+
+def _direct_similarity(guide: torch.Tensor, keys: torch.Tensor, scale, k: int) -> torch.Tensor:
+    """``sim[p, r, o] = <guide at output point (p, r), key at p + o>`` (zero outside), one
+    sub-position and one offset at a time: ``(B, *S, r, k^n)``."""
+    b, *spatial, d = keys.shape
+    n, half = len(spatial), k // 2
+    padded = F.pad(keys, [0, 0] + [half] * 2 * n)
+    out = []
+    for sub in itertools.product(*(range(r) for r in scale)):
+        query = guide[(slice(None), slice(None), *(slice(j, None, r) for j, r in zip(sub, scale)))].movedim(1, -1)
+        row = []
+        for off in itertools.product(range(k), repeat=n):
+            neighbour = padded[(slice(None), *(slice(o, o + s) for o, s in zip(off, spatial)))]
+            row.append((query * neighbour).sum(-1))
+        out.append(torch.stack(row, dim=-1))
+    return torch.stack(out, dim=-2)
+
+
+@pytest.mark.parametrize(
+    "spatial, scale, k, tile",
+    [((5, 7), (2, 2), 5, 4), ((4, 4), (2, 3), 3, 4), ((3, 9), (2, 2), 7, 4), ((1, 2), (2, 2), 5, 4),
+     ((6, 5), (1, 2), 1, 2), ((3, 5, 4), (1, 2, 2), 3, 2), ((2, 3, 3), (2, 2, 2), 5, 2), ((5,), (3,), 3, 4)],
+)  # fmt: skip
+def test_tiled_local_similarity_equals_its_definition(spatial, scale, k, tile):
+    """Any size (whole tiles or not, smaller than a tile), kernel and tile: SAPA's tiled similarity
+    is the neighbourhood product of its definition, in float64 (forward and gradients)."""
+    g = torch.Generator().manual_seed(0)
+    guide = torch.randn(2, 3, *(s * r for s, r in zip(spatial, scale)), generator=g, dtype=torch.float64)
+    keys = torch.randn(2, *spatial, 3, generator=g, dtype=torch.float64)
+    got = local_similarity(tiled_queries(guide, scale, tile), keys, k, tile)
+    torch.testing.assert_close(got, _direct_similarity(guide, keys, scale, k), rtol=1e-12, atol=1e-12)
+    weights = torch.randn(got.shape, generator=g, dtype=torch.float64)
+    grads = []
+    tiled = lambda a, b: local_similarity(tiled_queries(a, scale, tile), b, k, tile)  # noqa: E731
+    for fn in (tiled, lambda a, b: _direct_similarity(a, b, scale, k)):
+        a, b = guide.clone().requires_grad_(), keys.clone().requires_grad_()
+        grads.append(torch.autograd.grad((fn(a, b) * weights).sum(), (a, b)))
+    for got_grad, expected_grad in zip(*grads):
+        torch.testing.assert_close(got_grad, expected_grad, rtol=1e-12, atol=1e-12)

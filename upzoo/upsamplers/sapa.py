@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from upzoo.checks import check_positive_int
@@ -14,25 +15,13 @@ from upzoo.errors import ConfigError
 from upzoo.layers import conv_nd
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
+from upzoo.upsamplers.local_similarity import local_similarity, tile_for, tiled_queries
 from upzoo.upsamplers.reassembly import default_kernel, neighbourhoods, reassemble
 
 __all__ = ["SapaUpsampler"]
 
 Variant = Literal["bilinear", "inner"]
 Border = Literal["zeros", "masked"]
-
-
-def _source_layout(guide: torch.Tensor, scale: Sequence[int]) -> torch.Tensor:
-    """``(B, C, *S * scale) -> (B, *S, r, C)``, channels-last: every output point's guide at its
-    source point, sub-positions row-major (as :func:`upzoo.upsamplers.reassembly.pixel_unshuffle_nd`),
-    in one copy — before the point-wise LayerNorm and projection, which then need no copy of
-    their own."""
-    b, c, *big = guide.shape
-    n = len(scale)
-    small = [size // r for size, r in zip(big, scale)]
-    y = guide.reshape(b, c, *(v for size, r in zip(small, scale) for v in (size, r)))
-    y = y.permute(0, *(2 + 2 * a for a in range(n)), *(3 + 2 * a for a in range(n)), 1)  # (B, *S, *scale, C)
-    return y.reshape(b, *small, -1, c)
 
 
 @register_upsampler("sapa")
@@ -119,35 +108,38 @@ class SapaUpsampler(Upsampler):
 
     def kernels(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
         """Softmax-normalised affiliation kernels ``(B, k^n, prod(scale), *S)``. Computed channels-last:
-        the queries at their source points times the key neighbourhoods (keys zero-padded, so a
-        neighbour outside has similarity 0: border "zeros")."""
-        q, k = self.norm_guide(_source_layout(guide, self.scale)), self.norm_x(x.movedim(1, -1))
+        the queries, tile by tile at their source points, times the key neighbourhoods (keys
+        zero-padded, so a neighbour outside has similarity 0: border "zeros"); see
+        :mod:`upzoo.upsamplers.local_similarity`."""
+        tile = tile_for(self.spatial_dims)
+        queries, k = tiled_queries(guide, self.scale, tile), self.norm_x(x.movedim(1, -1))
         if self.query is None:
-            similarity = self._similarity(q, k)  # (B, *S, r, k^n)
+            similarity = local_similarity(self.norm_guide(queries), k, self.kernel_size, tile)  # (B, *S, r, k^n)
         elif self.guide_channels <= self.query.out_features:
-            similarity = self._folded_similarity(q, self.key(k))
+            similarity = self._folded_similarity(queries, self.key(k), tile)
         else:
-            similarity = self._similarity(self.query(q), self.key(k))
+            q = self.query(self.norm_guide(queries))
+            similarity = local_similarity(q, self.key(k), self.kernel_size, tile)
         if self.border == "masked":
-            inside = self._similarity(torch.ones_like(k[:1, ..., :1]).unsqueeze(-2), torch.ones_like(k[:1, ..., :1]))
+            inside = neighbourhoods(torch.ones_like(k[:1, ..., :1]), self.kernel_size).transpose(-1, -2)
             similarity = similarity.masked_fill(inside == 0, float("-inf"))
         n = self.spatial_dims
         return similarity.softmax(dim=-1).permute(0, n + 2, n + 1, *range(1, n + 1))
 
-    def _folded_similarity(self, q: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """SAPA-B's similarity with the query projection moved onto the keys:
-        ``(W_q q + b_q)ᵀ k = qᵀ (W_qᵀ k) + b_qᵀ k``. The ``r``-times more numerous queries (one per
-        output point) are not projected at all, the keys at the input resolution are, into the
-        guide's width; used when that is no wider than the embedding (the same or less work and
-        memory: SAPA-B then costs about what SAPA-I does). Equal to the plain order up to rounding."""
-        folded = keys @ self.query.weight  # (B, *S, C_guide)
-        bias = (keys @ self.query.bias).unsqueeze(-1)  # (B, *S, 1): b_qᵀ k of every key
-        return self._similarity(q, folded) + neighbourhoods(bias, self.kernel_size).transpose(-1, -2)
-
-    def _similarity(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """``queries (B, *S, r, D)`` against the zero-padded neighbourhoods of ``keys (B, *S, D)``:
-        ``(B, *S, r, k^n)``: one matmul (reading the neighbourhoods transposed, without a copy)."""
-        return torch.matmul(queries, neighbourhoods(keys, self.kernel_size).transpose(-1, -2))
+    def _folded_similarity(self, queries: torch.Tensor, keys: torch.Tensor, tile: int) -> torch.Tensor:
+        """SAPA-B's similarity with the guide's LayerNorm affine and the query projection moved onto
+        the keys: with ``n`` the normalised guide, ``(W_q (γ n + β) + b_q)ᵀ k = nᵀ (γ W_qᵀ k) +
+        βᵀ W_qᵀ k + b_qᵀ k``. The ``r``-times more numerous queries (one per output point) are only
+        normalised, and need no gradient unless the guide does; the keys at the input resolution
+        are projected into the guide's width. Used when that is no wider than the embedding (the
+        same or less work and memory: SAPA-B then costs about what SAPA-I does). Equal to the
+        plain order up to rounding."""
+        norm = self.norm_guide
+        folded = keys @ self.query.weight  # (B, *S, C_guide): W_qᵀ k
+        bias = (folded @ norm.bias + keys @ self.query.bias).unsqueeze(-1)  # (B, *S, 1)
+        normalised = F.layer_norm(queries, norm.normalized_shape, eps=norm.eps)
+        similarity = local_similarity(normalised, folded * norm.weight, self.kernel_size, tile)
+        return similarity + neighbourhoods(bias, self.kernel_size).transpose(-1, -2)
 
     def upsample(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
         y = reassemble(x, self.kernels(x, guide), self.kernel_size, self.scale)
