@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from upzoo.errors import ShapeError
+from upzoo.errors import ConfigError, ShapeError
 from upzoo.metrics import (
     BoundaryFScore,
     SurfaceMetrics,
@@ -211,7 +211,7 @@ def test_boundary_fscore_streams_and_ignores():
     ignored = target.clone()
     ignored[:, :, 6:] = 255
     assert boundary_fscore(shifted, ignored, 2, tolerance=1)[0] != far
-    with pytest.raises(ShapeError, match="tolerance must be >= 0 pixels"):
+    with pytest.raises(ConfigError, match=r"tolerance \(pixels\) must be a finite number >= 0, got -1"):
         BoundaryFScore(2, tolerance=-1)
 
 

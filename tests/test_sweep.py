@@ -264,8 +264,8 @@ def _new_surface_cases():
     real, flat = torch.rand(4, 1, 16, 16), module_features(torch.nn.Flatten())
     labels = np.zeros((4, 4, 4), int)
     return [
-        (lambda: sliding_window_inference(image, same, (0, 8)), "patch_size must be 2 whole numbers >= 1"),
-        (lambda: sliding_window_inference(image, same, (8, 8, 8)), "patch_size must be 2 whole numbers"),
+        (lambda: sliding_window_inference(image, same, (0, 8)), "image (1, 16, 16)) must be 2 whole numbers >= 1"),
+        (lambda: sliding_window_inference(image, same, (8, 8, 8)), "must be 2 whole numbers >= 1, got (8, 8, 8)"),
         (lambda: sliding_window_inference(image, same, (8, 8), overlap=1.0), "overlap must be a number in [0, 1)"),
         (lambda: sliding_window_inference(image, same, (8, 8), batch_size=0), "batch_size must be a whole number"),
         (lambda: sliding_window_inference(torch.full((1, 8, 8), np.nan), same, (8, 8)), "64 of 64 values are NaN"),

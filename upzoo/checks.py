@@ -23,6 +23,7 @@ __all__ = [
     "check_positive_int",
     "check_sizes",
     "check_finite",
+    "check_number",
     "spacing_numbers",
     "check_spacing",
     "LARGEST_SPACING_MM",
@@ -111,3 +112,33 @@ def check_spacing(value: Any, what: str, *, axes: int | None = 3, error: type[Up
     raise error(
         f"{what} must be {count} finite voxel sizes in mm{order}, each at most {LARGEST_SPACING_MM:g}, got {shown!r}"
     )
+
+
+def check_number(
+    value: object,
+    name: str,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+    error: type[UpzooError] = ConfigError,
+) -> float:
+    """Return ``value`` as a float, or raise ``error`` if it is not a finite real number (a bool, a
+    string, a complex number, NaN and inf are refused) in the range the bounds give: ``> above``,
+    ``>= at_least``, ``< below``.
+
+    >>> check_number(0.5, "overlap", at_least=0, below=1)
+    0.5
+    """
+    number = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+    if (
+        number
+        and (above is None or value > above)
+        and (at_least is None or value >= at_least)
+        and (below is None or value < below)
+    ):
+        return float(value)  # type: ignore[arg-type]
+    low = f"> {above:g}" if above is not None else f">= {at_least:g}" if at_least is not None else ""
+    high = f"< {below:g}" if below is not None else ""
+    bounds = " and ".join(v for v in (low, high) if v)
+    raise error(f"{name} must be a finite number{' ' + bounds if bounds else ''}, got {value!r}")

@@ -13,14 +13,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from upzoo.checks import check_finite, check_positive_int, check_sizes
+from upzoo.checks import check_finite, check_number, check_positive_int, check_sizes
 from upzoo.errors import ConfigError, ShapeError
 
 __all__ = ["gaussian_importance", "sliding_window_inference", "window_patch"]
 
 
 def gaussian_importance(patch: Sequence[int], sigma_scale: float = 0.125) -> torch.Tensor:
-    """nnU-Net-style weights: a Gaussian with sigma ``patch * sigma_scale``, peak 1, minimum > 0."""
+    """nnU-Net-style weights: a Gaussian with sigma ``patch * sigma_scale``, peak 1, minimum > 0.
+
+    Raises:
+        ConfigError: ``patch`` not whole numbers >= 1, or ``sigma_scale`` not a finite number > 0.
+    """
+    patch = check_sizes(patch, "patch")
+    sigma_scale = check_number(sigma_scale, "sigma_scale", above=0)
     axes = []
     for p in patch:
         c, s = (p - 1) / 2, max(p * sigma_scale, 1e-3)
@@ -93,7 +99,9 @@ def _check_window_arguments(
     check_finite(image, "image")
     if not callable(predictor):
         raise ConfigError(f"predictor must be callable (a model or function), got {type(predictor).__name__}")
-    patch = check_sizes(patch_size, "patch_size", count=image.ndim - 1)
+    patch = check_sizes(
+        patch_size, f"patch_size (one per spatial axis of the image {tuple(image.shape)})", count=image.ndim - 1
+    )
     if isinstance(overlap, bool) or not isinstance(overlap, Real) or not 0 <= overlap < 1:
         raise ConfigError(f"overlap must be a number in [0, 1), got {overlap!r}")
     check_positive_int(batch_size, "batch_size")

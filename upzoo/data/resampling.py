@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from upzoo.checks import check_spacing
+from upzoo.checks import check_sizes, check_spacing
 from upzoo.errors import DataError
 
 __all__ = [
@@ -41,7 +41,15 @@ def resampled_shape(shape: Sequence[int], spacing: Sequence[float], target: Sequ
 
     >>> resampled_shape((12, 48, 48), (10.0, 1.6, 1.6), (5.0, 0.8, 0.8))
     (24, 96, 96)
+
+    Raises:
+        ConfigError: ``shape`` not whole numbers >= 1, or a spacing that is not one positive finite
+            size in mm per axis of ``shape``. DataError: a result of more than
+            :data:`MAX_RESAMPLED_VOXELS` voxels.
     """
+    shape = check_sizes(shape, "shape")
+    spacing = check_spacing(spacing, f"spacing (one per axis of shape {shape})", axes=len(shape))
+    target = check_spacing(target, f"target spacing (one per axis of shape {shape})", axes=len(shape))
     out = tuple(max(1, round(n * s / t)) for n, s, t in zip(shape, spacing, target))
     voxels = math.prod(out)
     if voxels > MAX_RESAMPLED_VOXELS:

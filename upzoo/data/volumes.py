@@ -18,10 +18,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from upzoo.checks import check_spacing
 from upzoo.data.decathlon import read_dataset_json, resolve_inside
 from upzoo.data.resampling import read_spacing
 from upzoo.data.seeding import reseed
-from upzoo.errors import DataError
+from upzoo.errors import DataError, ShapeError
 from upzoo.runtime import atomic_write
 
 __all__ = [
@@ -107,8 +108,18 @@ def refuse_non_finite(array: np.ndarray, path: str | Path) -> None:
 
 
 def write_nifti(path: str | Path, array: np.ndarray, spacing: Sequence[float]) -> None:
-    """Write a ``(D, H, W)`` array as NIfTI with voxel sizes ``spacing`` (atomically)."""
+    """Write a ``(D, H, W)`` array as NIfTI with voxel sizes ``spacing`` (atomically).
+
+    Raises:
+        ShapeError: ``array`` is not a 3D NumPy array. ConfigError: ``spacing`` is not three positive
+            finite sizes in mm.
+    """
     import nibabel as nib
+
+    if not isinstance(array, np.ndarray) or array.ndim != 3:
+        shown = array.shape if isinstance(array, np.ndarray) else type(array).__name__
+        raise ShapeError(f"write_nifti: array must be a NumPy array (D, H, W), got {shown}")
+    spacing = check_spacing(spacing, "write_nifti: spacing")
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from upzoo.checks import check_number
 from upzoo.collectives import all_reduce_sum
 from upzoo.errors import ShapeError
-from upzoo.metrics.confusion import as_labels, check_num_classes
+from upzoo.metrics.confusion import as_labels, check_label_values, check_num_classes
 
 __all__ = ["boundary_bands", "boundary_iou", "BoundaryIoU", "boundary_fscore", "BoundaryFScore"]
 
@@ -83,8 +84,7 @@ class BoundaryIoU:
 
     def __init__(self, num_classes: int, ignore_index: int | None = 255, *, dilation_ratio: float = 0.02) -> None:
         num_classes = check_num_classes(num_classes, ignore_index)
-        if not 0 < dilation_ratio < 1:
-            raise ShapeError(f"dilation_ratio must be in (0, 1), got {dilation_ratio}")
+        dilation_ratio = check_number(dilation_ratio, "dilation_ratio", above=0, below=1)
         self.num_classes, self.ignore_index, self.dilation_ratio = num_classes, ignore_index, dilation_ratio
         self.intersection = torch.zeros(num_classes, dtype=torch.int64)
         self.union = torch.zeros(num_classes, dtype=torch.int64)
@@ -96,6 +96,7 @@ class BoundaryIoU:
                 f"Boundary IoU takes label maps (H, W) or (B, H, W) of one shape, got prediction "
                 f"{tuple(pred.shape)} and target {tuple(target.shape)}"
             )
+        check_label_values(pred, target, self.num_classes, self.ignore_index)
         preds, targets = pred.detach().cpu().numpy(), target.detach().cpu().numpy()
         if preds.ndim == 2:
             preds, targets = preds[None], targets[None]
@@ -202,9 +203,8 @@ class BoundaryFScore:
 
     def __init__(self, num_classes: int, ignore_index: int | None = 255, *, tolerance: float = 2.0) -> None:
         num_classes = check_num_classes(num_classes, ignore_index)
-        if not tolerance >= 0:
-            raise ShapeError(f"tolerance must be >= 0 pixels, got {tolerance}")
-        self.num_classes, self.ignore_index, self.tolerance = num_classes, ignore_index, float(tolerance)
+        tolerance = check_number(tolerance, "tolerance (pixels)", at_least=0)
+        self.num_classes, self.ignore_index, self.tolerance = num_classes, ignore_index, tolerance
         self.counts = torch.zeros(4, num_classes, dtype=torch.int64)
 
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
@@ -214,6 +214,7 @@ class BoundaryFScore:
                 f"the boundary F-score takes label maps (H, W) or (B, H, W) of one shape, got prediction "
                 f"{tuple(pred.shape)} and target {tuple(target.shape)}"
             )
+        check_label_values(pred, target, self.num_classes, self.ignore_index)
         preds, targets = pred.detach().cpu().numpy(), target.detach().cpu().numpy()
         for p, t in zip(preds.reshape(-1, *preds.shape[-2:]), targets.reshape(-1, *targets.shape[-2:])):
             counts = _fscore_counts(p, t, self.num_classes, self.ignore_index, self.tolerance)

@@ -62,6 +62,25 @@ def _index_dtype(num_classes: int) -> torch.dtype:
     return torch.int16 if num_classes * num_classes < 2**15 else torch.int32 if num_classes < 46340 else torch.int64
 
 
+def check_label_values(pred: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None) -> None:
+    """Both label maps hold integer class indices in ``0..K-1`` (the target also ``ignore_index``).
+
+    Raises:
+        ShapeError: a floating-point or bool map, or labels out of range (with the range found).
+    """
+    for name, t in (("prediction", pred), ("target", target)):
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            raise ShapeError(f"{name} must hold integer class indices, got {t.dtype}")
+    if not pred.numel():
+        return
+    checked = target if ignore_index is None else target.masked_fill(target == ignore_index, 0)
+    for name, t in (("prediction", pred), ("target", checked)):
+        low, high = (int(v) for v in torch.aminmax(t))
+        if low < 0 or high >= num_classes:
+            extra = f" or {ignore_index}" if name == "target" and ignore_index is not None else ""
+            raise ShapeError(f"{name} labels must be in 0..{num_classes - 1}{extra}, got values in {low}..{high}")
+
+
 def confusion_matrix(
     pred: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None = 255, *, validate: bool = True
 ) -> torch.Tensor:
@@ -83,19 +102,11 @@ def confusion_matrix(
                 f"prediction {tuple(pred.shape)} and target {tuple(target.shape)} differ in shape; "
                 f"pass class indices (argmax over the class axis), not logits"
             )
-        for name, t in (("prediction", pred), ("target", target)):
-            if t.is_floating_point() or t.dtype == torch.bool:
-                raise ShapeError(f"{name} must hold integer class indices, got {t.dtype}")
     dtype = _index_dtype(num_classes)
     index = target.to(dtype) * num_classes + pred.to(dtype)  # bin K*K collects the ignored pixels
     ignored = target == ignore_index if ignore_index is not None else None
-    if validate and pred.numel():
-        checked = target if ignored is None else target.masked_fill(ignored, 0)
-        for name, t in (("prediction", pred), ("target", checked)):
-            low, high = (int(v) for v in torch.aminmax(t))
-            if low < 0 or high >= num_classes:
-                extra = f" or {ignore_index}" if name == "target" and ignore_index is not None else ""
-                raise ShapeError(f"{name} labels must be in 0..{num_classes - 1}{extra}, got values in {low}..{high}")
+    if validate:
+        check_label_values(pred, target, num_classes, ignore_index)
     if ignored is not None:
         index.masked_fill_(ignored, num_classes * num_classes)
     counts = torch.bincount(index.flatten(), minlength=num_classes * num_classes + 1)

@@ -70,6 +70,10 @@ class RealImages:
             check_extractor(extractor)
         check_kid_options(subsets, subset_size, seed)
         SlicedWasserstein(patches_per_image=patches_per_image, seed=seed)  # its options, checked before any work
+        if not isinstance(images, (torch.Tensor, Iterable)):
+            raise ShapeError(
+                f"real images must be a tensor (N, C, H, W) or batches of them, got {type(images).__name__}"
+            )
         batches = [images] if isinstance(images, torch.Tensor) else list(images)
         if not batches:
             raise ShapeError("the real set has no images")

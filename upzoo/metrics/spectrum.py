@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from upzoo.checks import check_positive_int
 from upzoo.errors import ShapeError
 
 __all__ = [
@@ -141,6 +142,9 @@ class RadialSpectrum:
 
 def radial_power_spectrum(images: torch.Tensor, batch_size: int = 1024) -> np.ndarray:
     """The azimuthally averaged power spectrum ``(R,)`` of a set of images (see the module)."""
+    if not isinstance(images, torch.Tensor):
+        raise ShapeError(f"images must be a tensor (N, C, H, W), got {type(images).__name__}")
+    batch_size = check_positive_int(batch_size, "batch_size")
     spectrum = RadialSpectrum()
     for start in range(0, len(images), batch_size):
         spectrum.update(images[start : start + batch_size])
@@ -159,6 +163,8 @@ def _as_spectrum(spectrum: np.ndarray, what: str) -> np.ndarray:
         ShapeError: naming what came.
     """
     try:
+        if np.iscomplexobj(spectrum):
+            raise TypeError("complex")
         spectrum = np.asarray(spectrum, np.float64)
     except (TypeError, ValueError):
         raise ShapeError(f"{what}: expected a radial spectrum (R,) of numbers, got {type(spectrum).__name__}") from None

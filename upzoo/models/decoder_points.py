@@ -117,7 +117,7 @@ def build_point_blocks(
         index = counts[place.point] = counts.get(place.point, -1) + 1
         where = f"{owner} {place.point} {index}"
         name, opts = names[place.point], options[place.point]
-        name = name or "interpolate"
+        name = "interpolate" if name is None else name  # "" is a name (refused), not "unset"
         if name == "interpolate" and not opts:
             opts = dict(place.smp_resize)
         guide = guide_options(name, place.guide_channels, where)

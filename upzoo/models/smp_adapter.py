@@ -163,7 +163,11 @@ def build_smp_model(smp_name: str, owner: str, encoder_name: Any, classes: Any, 
         if "meta tensors" in str(error):
             raise  # built on the meta device to check a recipe: the caller builds it on the CPU instead
         message = " ".join(str(error.args[0] if error.args else error).split())[:300]
-        raise ConfigError(f"{owner}: smp refuses these options ({type(error).__name__}: {message})") from None
+        shown = ", ".join(f"{k}={v!r}" for k, v in smp_kwargs.items())
+        raise ConfigError(
+            f"{owner}: smp refuses {shown or 'these options'} with encoder {encoder_name!r} "
+            f"({type(error).__name__}: {message})"
+        ) from None
     model.input_policy = input_policy
     return model
 

@@ -126,10 +126,12 @@ def _weight(value: Any, source: str, key: str) -> torch.Tensor:
         value = torch.from_numpy(value)
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         shown = value.dtype if isinstance(value, torch.Tensor) else type(value).__name__
-        raise ShapeError(f"{source} {key} must be a floating-point tensor or array, got {shown}")
+        raise ShapeError(f"{source} state_dict[{key!r}] must be a floating-point tensor or array, got {shown}")
     bad = int((~torch.isfinite(value)).sum())
     if bad:
-        raise ShapeError(f"{source} {key}: {bad} of {value.numel()} values are NaN or infinite: broken weights")
+        raise ShapeError(
+            f"{source} state_dict[{key!r}]: {bad} of {value.numel()} values are NaN or infinite: broken weights"
+        )
     return value
 
 
@@ -147,7 +149,7 @@ def _renamed(block: nn.Module, state_dict: Mapping[str, Any], source: str) -> di
     if given != set(mapping):
         missing, extra = sorted(set(mapping) - given), sorted(given - set(mapping))
         raise ShapeError(
-            f"{source} state dict does not fit: missing {missing or 'nothing'}, unexpected {extra or 'nothing'}"
+            f"{source} state_dict does not fit: missing {missing or 'nothing'}, unexpected {extra or 'nothing'}"
         )
     converted = {}
     for theirs, ours in mapping.items():
@@ -168,6 +170,8 @@ def load_reference_state_dict(block: nn.Module, state_dict: Mapping[str, Any], *
         ShapeError: missing, unexpected or misshapen keys, named with both shapes.
     """
     _check_source(block, source)
+    if not isinstance(state_dict, Mapping):
+        raise ConfigError(f"state_dict must be a mapping of weight names to tensors, got {type(state_dict).__name__}")
     if source in RENAMES:
         block.load_state_dict(_renamed(block, state_dict, source))
         return block
@@ -176,7 +180,7 @@ def load_reference_state_dict(block: nn.Module, state_dict: Mapping[str, Any], *
     if given != expected:
         missing, extra = sorted(expected - given), sorted(given - expected)
         raise ShapeError(
-            f"{source} state dict does not fit this block (dynamic_scope={block.dynamic_scope}): "
+            f"{source} state_dict does not fit this block (dynamic_scope={block.dynamic_scope}): "
             f"missing {missing or 'nothing'}, unexpected {extra or 'nothing'}"
         )
     own = block.state_dict()
