@@ -38,6 +38,7 @@ def test_known_checkerboard_behaviour_of_fresh_blocks():
     assert k3 > 0.3 and k2 < 0.1 and k3 > 4 * k2
     assert mean_score("pixel_shuffle") < 1e-5  # ICNR: every phase identical (up to a GEMM's float32 rounding)
     assert mean_score("interp_conv") < 0.02 and mean_score("interp_conv", mode="bilinear") < 0.02
+    assert mean_score("fir") < 0.02 and mean_score("fir", kernel_size=None) < 0.01  # the low-pass fills every phase
     assert mean_score("pixel_shuffle", icnr=False) > mean_score("pixel_shuffle")
 
 
@@ -113,7 +114,9 @@ def test_flops_of_a_convolution():
 def test_bench_blocks_rows():
     rows = bench_blocks((1, 8, 16, 16), runs=2)
     names = [r["block"] for r in rows]
-    assert names == ["carafe", "dysample", "fade", "interp_conv", "interpolate", "pixel_shuffle", "sapa", "transposed"]
+    assert names == [
+        "carafe", "dysample", "fade", "fir", "interp_conv", "interpolate", "pixel_shuffle", "sapa", "transposed"
+    ]  # fmt: skip
     row = {r["block"]: r for r in rows}
     assert row["fade"]["params"] > 0 and row["sapa"]["fwd_bwd_ms"] > 0  # guided blocks get a fixed smooth guide
     assert row["interpolate"]["params"] == 0 and row["interpolate"]["gflops"] == 0

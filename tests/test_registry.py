@@ -16,6 +16,7 @@ BUILT_INS = [
     "carafe",
     "dysample",
     "fade",
+    "fir",
     "interp_conv",
     "interpolate",
     "masked_blur",

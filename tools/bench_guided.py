@@ -42,28 +42,20 @@ def _step(name: str, options: dict, shape: tuple[int, ...]):
     return run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--shape", default="8x64x64x64")
-    args = parser.parse_args()
-    shape = tuple(int(v) for v in args.shape.split("x"))
-    steps = {_label(n, o): _step(n, o, shape) for n, o in VARIANTS}
+def report(steps: dict, rounds: int, reference: str) -> None:
+    """Warm up, time ``steps`` in interleaved rounds, take the peak memory of each (largest of three
+    passes), and print the table against ``reference``."""
     for run in steps.values():  # warm-up
         run()
     times: dict[str, list[float]] = {k: [] for k in steps}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for key, run in steps.items():
             start = time.perf_counter()
             run()
             times[key].append(time.perf_counter() - start)
     memory = {k: max(peak_memory(run).mib for _ in range(3)) for k, run in steps.items()}
-    base_t, base_m = statistics.median(times["carafe"]), memory["carafe"]
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; input {args.shape} -> x2 with a "
-        f"{shape[1]}-channel guide; forward+backward, median (IQR) of {args.rounds} interleaved rounds\n"
-    )
-    print("| block | fwd+bwd ms | vs carafe | peak MiB | vs carafe |")
+    base_t, base_m = statistics.median(times[reference]), memory[reference]
+    print(f"| block | fwd+bwd ms | vs {reference} | peak MiB | vs {reference} |")
     print("|---|---|---|---|---|")
     for key, values in times.items():
         q1, _, q3 = statistics.quantiles(values, n=4)
@@ -73,6 +65,19 @@ def main() -> None:
             f"| {key} | {med * 1e3:.0f} ({q1 * 1e3:.0f}-{q3 * 1e3:.0f}){spread} | {med / base_t:.2f}x | "
             f"{memory[key]:.0f} | {memory[key] / base_m:.2f}x |"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--shape", default="8x64x64x64")
+    args = parser.parse_args()
+    shape = tuple(int(v) for v in args.shape.split("x"))
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; input {args.shape} -> x2 with a "
+        f"{shape[1]}-channel guide; forward+backward, median (IQR) of {args.rounds} interleaved rounds\n"
+    )
+    report({_label(n, o): _step(n, o, shape) for n, o in VARIANTS}, args.rounds, "carafe")
 
 
 if __name__ == "__main__":

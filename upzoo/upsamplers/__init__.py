@@ -4,6 +4,7 @@ from upzoo.upsamplers.base import Upsampler
 from upzoo.upsamplers.carafe import CarafeUpsampler
 from upzoo.upsamplers.dysample import DySampleUpsampler
 from upzoo.upsamplers.fade import FadeUpsampler
+from upzoo.upsamplers.fir import FirUpsampler
 from upzoo.upsamplers.interp_conv import InterpConvUpsampler
 from upzoo.upsamplers.interpolate import InterpolateUpsampler
 from upzoo.upsamplers.pixel_shuffle import PixelShuffleUpsampler, icnr_, pixel_shuffle_nd
@@ -15,6 +16,7 @@ __all__ = [
     "CarafeUpsampler",
     "DySampleUpsampler",
     "FadeUpsampler",
+    "FirUpsampler",
     "SapaUpsampler",
     "InterpConvUpsampler",
     "InterpolateUpsampler",
