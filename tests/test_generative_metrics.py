@@ -374,3 +374,21 @@ def test_feature_distance_bad_input_is_named(feature_sets):
         bad.update(torch.rand(2, 3, 4, 4), real=True)
     with pytest.raises(ShapeError, match="subset_size must be a whole number >= 2, got 1"):
         FeatureDistances(module_features(module), subset_size=1)
+
+
+def test_function_forms_equal_their_classes_and_are_exported_from_upzoo_metrics():
+    import upzoo.metrics as metrics
+    from upzoo.metrics import SlicedWasserstein, image_spectral_error, radial_power_spectrum, spectral_error, swd
+
+    g = torch.Generator().manual_seed(3)
+    real, generated = torch.rand(8, 3, 32, 32, generator=g), torch.rand(8, 3, 32, 32, generator=g) ** 2
+    metric = SlicedWasserstein(patches_per_image=8, repeats=2, directions=16, seed=1)
+    metric.update(real, real=True)
+    metric.update(generated, real=False)
+    assert swd(real, generated, patches_per_image=8, repeats=2, directions=16, seed=1) == metric.compute()
+    per_ring, summary = image_spectral_error(generated, real)
+    expected = spectral_error(radial_power_spectrum(generated), radial_power_spectrum(real))
+    np.testing.assert_array_equal(per_ring, expected[0])  # the same calls on the same inputs
+    assert summary == expected[1] > 0
+    for name in ("swd", "RealImages", "kernel_distance", "frechet_distance", "spectral_decay", "FeatureDistances"):
+        assert name in metrics.__all__ and callable(getattr(metrics, name))

@@ -69,9 +69,15 @@ def _entries() -> list[tuple[str, Callable[..., Any], dict[str, Any], dict[str, 
     from upzoo.metrics.checkerboard import image_checkerboard
     from upzoo.metrics.feature_distance import FeatureDistances, frechet_distance, kernel_distance, module_features
     from upzoo.metrics.generative import RealImages
-    from upzoo.metrics.spectrum import corner_error, radial_power_spectrum, spectral_decay, spectral_error
+    from upzoo.metrics.spectrum import (
+        corner_error,
+        image_spectral_error,
+        radial_power_spectrum,
+        spectral_decay,
+        spectral_error,
+    )
     from upzoo.metrics.surface import SurfaceMetrics
-    from upzoo.metrics.swd import SlicedWasserstein
+    from upzoo.metrics.swd import SlicedWasserstein, swd
     from upzoo.models import plan_strides
     from upzoo.windows import gaussian_importance, sliding_window_inference
 
@@ -114,6 +120,11 @@ def _entries() -> list[tuple[str, Callable[..., Any], dict[str, Any], dict[str, 
         ("SlicedWasserstein", SlicedWasserstein, {"patches_per_image": 4, "repeats": 1, "directions": 8},
          {"patches_per_image": WHOLE_POSITIVE, "repeats": WHOLE_POSITIVE, "directions": WHOLE_POSITIVE,
           "seed": WHOLE}),
+        ("swd", swd, {"real": images, "generated": images.flip(0), "patches_per_image": 4, "directions": 8},
+         {"real": IMAGES, "generated": [*IMAGES, images[:2], torch.rand(4, 1, 32, 32)],
+          "patches_per_image": WHOLE_POSITIVE, "repeats": WHOLE_POSITIVE, "directions": WHOLE_POSITIVE}),
+        ("image_spectral_error", image_spectral_error, {"generated": images, "real": images.flip(0)},
+         {"generated": [*IMAGES, torch.rand(4, 1, 8, 8)], "real": [*IMAGES, torch.zeros(4, 1, 16, 16)]}),
         ("image_checkerboard", image_checkerboard, {"images": images, "period": 2},
          {"images": IMAGES, "period": WHOLE_POSITIVE}),
         ("hausdorff95", hausdorff95, {"pred": vol, "target": vol, "num_classes": 2, "spacing": (1, 1, 1)},

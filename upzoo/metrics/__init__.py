@@ -1,6 +1,8 @@
 """Metrics: dataset-level confusion matrix, IoU, mIoU, pixel accuracy, Dice; Boundary IoU, the
 boundary F-score and DAVIS's boundary F-measure (2D); HD95 and the normalised surface Dice (3D, in
-mm); image checkerboard."""
+mm); image checkerboard; and the generative metrics — radial power spectrum, spectral error and
+decay, sliced Wasserstein distance, KID and FD on any feature extractor, and ``RealImages``, which
+holds a real set's statistics for them all. Each comes as a function and, where it streams, a class."""
 
 from upzoo.metrics.boundary import BoundaryFScore, BoundaryIoU, boundary_fscore, boundary_iou
 from upzoo.metrics.checkerboard import image_checkerboard
@@ -13,7 +15,27 @@ from upzoo.metrics.confusion import (
     pixel_accuracy,
 )
 from upzoo.metrics.davis import davis_fmeasure
+from upzoo.metrics.feature_distance import (
+    FeatureDistances,
+    FeatureExtractor,
+    encoder_features,
+    frechet_distance,
+    inception_features,
+    kernel_distance,
+    module_features,
+)
+from upzoo.metrics.generative import GenerativeReport, RealImages
+from upzoo.metrics.spectrum import (
+    RadialSpectrum,
+    SpectralDecay,
+    corner_error,
+    image_spectral_error,
+    radial_power_spectrum,
+    spectral_decay,
+    spectral_error,
+)
 from upzoo.metrics.surface import SurfaceMetrics, hausdorff95, surface_dice, surface_distances, surface_metrics
+from upzoo.metrics.swd import SlicedWasserstein, swd
 
 __all__ = [
     "ConfusionMatrix",
@@ -33,4 +55,22 @@ __all__ = [
     "surface_dice",
     "surface_distances",
     "surface_metrics",
+    "RadialSpectrum",
+    "radial_power_spectrum",
+    "spectral_error",
+    "image_spectral_error",
+    "corner_error",
+    "SpectralDecay",
+    "spectral_decay",
+    "SlicedWasserstein",
+    "swd",
+    "FeatureExtractor",
+    "FeatureDistances",
+    "frechet_distance",
+    "kernel_distance",
+    "module_features",
+    "encoder_features",
+    "inception_features",
+    "RealImages",
+    "GenerativeReport",
 ]

@@ -208,6 +208,23 @@ def spectral_error(generated: np.ndarray, real: np.ndarray) -> tuple[np.ndarray,
     return error, float(np.abs(error[upper]).mean())
 
 
+def image_spectral_error(generated: torch.Tensor, real: torch.Tensor) -> tuple[np.ndarray, float]:
+    """:func:`spectral_error` of two sets of images ``(N, C, H, W)`` (square, uint8 or float in
+    [0, 1]): their radial power spectra (:func:`radial_power_spectrum`) compared ring by ring.
+    ``spectral_error`` itself takes the spectra.
+
+    >>> noise = torch.rand(8, 1, 16, 16, generator=torch.Generator().manual_seed(0))
+    >>> image_spectral_error(noise, noise)[1]
+    0.0
+
+    Raises:
+        ShapeError: images that are not square batches of one size, or as :func:`spectral_error`.
+    """
+    for what, images in (("generated images", generated), ("real images", real)):
+        as_unit_images(images, what)  # checked naming the set, before any spectrum is taken
+    return spectral_error(radial_power_spectrum(generated), radial_power_spectrum(real))
+
+
 def corner_error(generated: np.ndarray, real: np.ndarray) -> float:
     """The mean ``|e(r)|`` over the corner rings beyond Nyquist, ``r > N / 2`` (diagonal
     frequencies only: where a checkerboard's power lies).
