@@ -9,6 +9,7 @@ import torch
 from upzoo import ConfigError, RegistryError, ShapeError, UNet, build_model, list_upsamplers
 from upzoo.models import DCGAN_TRANSPOSED_OPTIONS, DCGANDiscriminator, DCGANGenerator, plan_strides, smp_unet
 from upzoo.models.encoders import load_encoder_weights
+from upzoo.models.factory import ModelSpec
 from upzoo.registry import upsampler_info
 
 UPSAMPLERS_2D = list_upsamplers(kind="upsampler")
@@ -208,6 +209,39 @@ def test_generator_with_every_upsampler(upsampler, resolution):
     assert x.shape == (3, 3, resolution, resolution)
     assert x.min() >= -1 and x.max() <= 1
     _backward_reaches_every_parameter(g, x)
+
+
+@pytest.mark.parametrize(
+    "last, options", [("interp_conv", {"mode": "bilinear"}), ("fir", None), ("pixel_shuffle", None)]
+)
+def test_last_upsampler_swaps_the_last_stage_alone(last, options):
+    """Chandrasegaran et al.'s swap: only the layer that writes the image changes; the projection and
+    every earlier stage are the transposed generator's, weight for weight (built in the same order)."""
+    torch.manual_seed(0)
+    plain = DCGANGenerator.classic(16, 3, 32, base_channels=8)
+    torch.manual_seed(0)
+    swapped = DCGANGenerator.classic(16, 3, 32, base_channels=8, last_upsampler=last, last_upsampler_options=options)
+    kinds = [type(stage[0]).__name__ for stage in swapped.stages]
+    assert kinds[:-1] == ["TransposedConvUpsampler"] * 2 and kinds[-1] != "TransposedConvUpsampler"
+    assert swapped.stages[-1][0].out_channels == 3 and swapped.stages[-1][0].in_channels == 8
+    for a, b in zip([plain.project, *plain.stages[:-1]], [swapped.project, *swapped.stages[:-1]]):
+        for (name, p), (_, q) in zip(a.state_dict().items(), b.state_dict().items()):
+            assert torch.equal(p, q), name  # copies of the same draws
+    x = swapped(torch.randn(2, 16))
+    assert x.shape == (2, 3, 32, 32)
+    _backward_reaches_every_parameter(swapped, x)
+
+
+def test_last_upsampler_options_need_a_last_upsampler_and_are_checked():
+    with pytest.raises(ConfigError, match="last_upsampler_options without a last_upsampler"):
+        DCGANGenerator(16, 3, 32, last_upsampler_options={"mode": "bilinear"})
+    with pytest.raises(ConfigError, match=r"DCGANGenerator stage 2: 'fade' is guided"):
+        DCGANGenerator(16, 3, 32, last_upsampler="fade")
+    with pytest.raises(RegistryError, match="nope"):
+        DCGANGenerator(16, 3, 32, last_upsampler="interp_conv", last_upsampler_options={"nope": 1})
+    spec = ModelSpec.from_dict({"architecture": "dcgan", "latent_dim": 8, "out_channels": 3, "resolution": 32,
+                                "last_upsampler": "fir", "base_channels": 4})  # fmt: skip
+    assert type(build_model(spec).stages[-1][0]).__name__ == "FirUpsampler"
 
 
 def test_classic_dcgan_and_discriminator_at_128_with_masked_blur():

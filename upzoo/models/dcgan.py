@@ -35,7 +35,14 @@ class DCGANGenerator(nn.Module):
     the optional post-filter (e.g. ``masked_blur``). ``C0 = base_channels * 2 ** (stages - 1)``.
 
     Use ``upsampler="transposed", upsampler_options=DCGAN_TRANSPOSED_OPTIONS`` (or
-    :meth:`classic`) for the original DCGAN stage.
+    :meth:`classic`) for the original DCGAN stage. ``last_upsampler`` (with its own
+    ``last_upsampler_options``) sets the last stage's block alone — the layer that writes the
+    image, whose swap alone changes the spectrum's high frequencies (Chandrasegaran et al., CVPR
+    2021); by default the last stage uses ``upsampler`` too.
+
+    Raises:
+        ConfigError: a resolution that is not a power of two >= 8, a stage that does not double
+            the size, ``last_upsampler_options`` without a ``last_upsampler``, or a block's options.
     """
 
     def __init__(
@@ -46,6 +53,8 @@ class DCGANGenerator(nn.Module):
         *,
         upsampler: str = "interp_conv",
         upsampler_options: dict[str, Any] | None = None,
+        last_upsampler: str | None = None,
+        last_upsampler_options: dict[str, Any] | None = None,
         post_filter: str | None = None,
         post_filter_options: dict[str, Any] | None = None,
         base_channels: int = 64,
@@ -62,16 +71,25 @@ class DCGANGenerator(nn.Module):
             nn.BatchNorm2d(channels[0]),
             nn.ReLU(inplace=True),
         )
-        options = block_options(upsampler_options, "DCGANGenerator")
+        if last_upsampler is None and last_upsampler_options is not None:
+            raise ConfigError(
+                "DCGANGenerator: last_upsampler_options without a last_upsampler; name the last stage's block "
+                "(last_upsampler), or set the options of every stage with upsampler_options"
+            )
+        blocks = [(upsampler, block_options(upsampler_options, "DCGANGenerator"), "upsampler_options")] * n
+        if last_upsampler is not None:
+            blocks[-1] = (
+                last_upsampler,
+                block_options(last_upsampler_options, "DCGANGenerator"),
+                "last_upsampler_options",
+            )
         stages: list[nn.Module] = []
-        for i in range(n):
+        for i, (name, options, source) in enumerate(blocks):
             last = i == n - 1
             c_in, c_out = channels[i], out_channels if last else channels[i + 1]
-            guide_options(upsampler, 0, f"DCGANGenerator stage {i}")  # a generator has no encoder to guide it
-            with warnings_at_caller(f"DCGANGenerator stage {i} (upsampler_options): "):
-                up = create_upsampler(
-                    upsampler, spatial_dims=2, in_channels=c_in, out_channels=c_out, scale=2, **options
-                )
+            guide_options(name, 0, f"DCGANGenerator stage {i}")  # a generator has no encoder to guide it
+            with warnings_at_caller(f"DCGANGenerator stage {i} ({source}): "):
+                up = create_upsampler(name, spatial_dims=2, in_channels=c_in, out_channels=c_out, scale=2, **options)
             stages.append(
                 nn.Sequential(up, nn.Tanh()) if last else nn.Sequential(up, nn.BatchNorm2d(c_out), nn.ReLU(True))
             )
