@@ -71,29 +71,9 @@ class DCGANGenerator(nn.Module):
             nn.BatchNorm2d(channels[0]),
             nn.ReLU(inplace=True),
         )
-        if last_upsampler is None and last_upsampler_options is not None:
-            raise ConfigError(
-                "DCGANGenerator: last_upsampler_options without a last_upsampler; name the last stage's block "
-                "(last_upsampler), or set the options of every stage with upsampler_options"
-            )
-        blocks = [(upsampler, block_options(upsampler_options, "DCGANGenerator"), "upsampler_options")] * n
-        if last_upsampler is not None:
-            blocks[-1] = (
-                last_upsampler,
-                block_options(last_upsampler_options, "DCGANGenerator"),
-                "last_upsampler_options",
-            )
-        stages: list[nn.Module] = []
-        for i, (name, options, source) in enumerate(blocks):
-            last = i == n - 1
-            c_in, c_out = channels[i], out_channels if last else channels[i + 1]
-            guide_options(name, 0, f"DCGANGenerator stage {i}")  # a generator has no encoder to guide it
-            with warnings_at_caller(f"DCGANGenerator stage {i} ({source}): "):
-                up = create_upsampler(name, spatial_dims=2, in_channels=c_in, out_channels=c_out, scale=2, **options)
-            stages.append(
-                nn.Sequential(up, nn.Tanh()) if last else nn.Sequential(up, nn.BatchNorm2d(c_out), nn.ReLU(True))
-            )
-        self.stages = nn.Sequential(*stages)
+        self.stages = _build_stages(
+            (upsampler, upsampler_options), (last_upsampler, last_upsampler_options), channels, self.out_channels
+        )
         _check_resolution(self.stages, channels[0], resolution)
         self.post_filter = (
             create_upsampler(
@@ -132,6 +112,37 @@ class DCGANGenerator(nn.Module):
             )
         x = self.stages(self.project(z))
         return self.post_filter(x) if self.post_filter is not None else x
+
+
+def _build_stages(
+    every: tuple[str, dict[str, Any] | None], last: tuple[str | None, dict[str, Any] | None], channels: list[int],
+    out_channels: int,
+) -> nn.Sequential:  # fmt: skip
+    """The generator's x2 stages: block -> BatchNorm -> ReLU, the last block -> tanh; ``every``
+    (name, options) for each stage, ``last`` for the last one where it names a block."""
+    (upsampler, upsampler_options), (last_upsampler, last_upsampler_options) = every, last
+    n = len(channels)
+    if last_upsampler is None and last_upsampler_options is not None:
+        raise ConfigError(
+            "DCGANGenerator: last_upsampler_options without a last_upsampler; name the last stage's block "
+            "(last_upsampler), or set the options of every stage with upsampler_options"
+        )
+    blocks = [(upsampler, block_options(upsampler_options, "DCGANGenerator"), "upsampler_options")] * n
+    if last_upsampler is not None:
+        blocks[-1] = (
+            last_upsampler,
+            block_options(last_upsampler_options, "DCGANGenerator"),
+            "last_upsampler_options",
+        )
+    stages: list[nn.Module] = []
+    for i, (name, options, source) in enumerate(blocks):
+        final = i == n - 1
+        c_in, c_out = channels[i], out_channels if final else channels[i + 1]
+        guide_options(name, 0, f"DCGANGenerator stage {i}")  # a generator has no encoder to guide it
+        with warnings_at_caller(f"DCGANGenerator stage {i} ({source}): "):
+            up = create_upsampler(name, spatial_dims=2, in_channels=c_in, out_channels=c_out, scale=2, **options)
+        stages.append(nn.Sequential(up, nn.Tanh()) if last else nn.Sequential(up, nn.BatchNorm2d(c_out), nn.ReLU(True)))
+    return nn.Sequential(*stages)
 
 
 def _check_resolution(stages: nn.Sequential, channels: int, resolution: int) -> None:
