@@ -185,3 +185,16 @@ def test_the_generator_step_shows_the_discriminator_the_real_and_fake_batch(tmp_
 
     task.step({"image": torch.rand(4, 3, 16, 16) * 2 - 1}, Context())
     assert sizes == [8, 8]  # the discriminator's step and the generator's: 4 real + 4 fake both times
+
+
+def test_a_variant_can_swap_a_generators_last_stage_alone(tmp_path):
+    from upzoo.bench.plan import variant_recipe
+    from upzoo.bench.variants import parse_variants
+
+    recipe = gan_recipe(tmp_path / "cache")
+    recipe["model"] |= {"upsampler": "transposed", "upsampler_options": {"kernel_size": 4, "padding": 1}}
+    base, swapped = parse_variants("transposed,transposed:last_upsampler=fir")
+    model = variant_recipe(parse_recipe(recipe), swapped, 1).model.to_dict()
+    assert model["last_upsampler"] == "fir" and model["upsampler"] == "transposed"
+    assert model["upsampler_options"] == {"kernel_size": 4, "padding": 1}  # the block's options, not the model's
+    assert "last_upsampler" not in variant_recipe(parse_recipe(recipe), base, 1).model.to_dict()

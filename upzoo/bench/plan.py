@@ -88,14 +88,15 @@ def check_variants(recipe: Any, variants: Sequence[Variant]) -> None:
             raise ConfigError(f"variant {variant.label!r}: {exc}") from None
 
 
-#: variant options that are model keys, not the block's: ``transposed:post_filter=masked_blur``
-MODEL_KEYS = ("post_filter", "post_filter_options")
+#: variant options that are model keys, not the block's: ``transposed:post_filter=masked_blur``,
+#: ``transposed:last_upsampler=interp_conv`` (a generator's last stage alone)
+MODEL_KEYS = ("post_filter", "post_filter_options", "last_upsampler", "last_upsampler_options")
 
 
 def variant_recipe(recipe: Any, variant: Variant, seed: int) -> Any:
     """The cell recipe of ``variant`` at ``seed``: the model's upsampler and its options replaced
-    (a recipe's own ``upsampler_options`` carry over only to the same upsampler), ``post_filter``
-    and ``post_filter_options`` set on the model, ``train.seed`` set."""
+    (a recipe's own ``upsampler_options`` carry over only to the same upsampler), the model keys
+    of :data:`MODEL_KEYS` set on the model, ``train.seed`` set."""
     from dataclasses import replace
 
     from upzoo.models import ModelSpec

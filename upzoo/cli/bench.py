@@ -154,8 +154,9 @@ def bench_compare_command(recipe, upsamplers, seeds, baseline, overrides, out_di
     memory, parameters, GFLOPs. The comparison is a plan (--out/plan.json, --out/jobs.txt: one
     `upzoo train ... --continue` line per cell), launched here, on local workers or as a Slurm array,
     then collected (as `upzoo bench collect` does): compare.png, compare.csv/md/json in --out. Run the
-    same command again to continue an interrupted comparison. A variant's post_filter and
-    post_filter_options go to the model (transposed:post_filter=masked_blur); a recipe's own
+    same command again to continue an interrupted comparison. A variant's post_filter,
+    post_filter_options and (generators) last_upsampler go to the model
+    (transposed:post_filter=masked_blur, transposed:last_upsampler=interp_conv); a recipe's own
     upsampler_options carry over only to variants of the same upsampler."""
     from pathlib import Path
 
