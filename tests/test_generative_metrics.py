@@ -392,3 +392,24 @@ def test_function_forms_equal_their_classes_and_are_exported_from_upzoo_metrics(
     assert summary == expected[1] > 0
     for name in ("swd", "RealImages", "kernel_distance", "frechet_distance", "spectral_decay", "FeatureDistances"):
         assert name in metrics.__all__ and callable(getattr(metrics, name))
+
+
+def test_the_spectral_error_panel_shows_the_band_beside_the_corners(tmp_path, monkeypatch):
+    """A corner error of 200 must not flatten the band's tenths to a line at 0: the error axis is a
+    symmetric log (sign kept), and the corners beyond Nyquist are shaded apart."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from upzoo.figures import spectrum_plot
+
+    saved = {}
+    monkeypatch.setattr(plt.Figure, "savefig", lambda fig, path, **kw: saved.setdefault("fig", fig))
+    r = np.arange(46.0)
+    real = 1 / (1 + r) ** 2
+    spectrum_plot(real, {"checkerboard": real * np.where(r > 32, 200.0, 1.1)}, tmp_path / "s.png")
+    error_axis = saved["fig"].axes[1]
+    assert error_axis.get_yscale() == "symlog"
+    assert {0.1, 100.0} <= set(error_axis.get_yticks().tolist())  # the band's tenths and the corners' hundreds
+    assert any(type(p).__name__ == "Rectangle" and p.get_alpha() == 0.12 for p in error_axis.patches)

@@ -100,7 +100,10 @@ def sample_grid(images: torch.Tensor, path: str | Path, nrow: int = 8, format: s
 
 def spectrum_plot(real: np.ndarray, generated: dict[str, np.ndarray], path: str | Path, title: str = "") -> None:
     """Azimuthally averaged power spectra (log power over the radial frequency, Nyquist = 1) of the
-    real images and of one or more generated sets, and each set's spectral error ``S_gen / S_real - 1``."""
+    real images and of one or more generated sets, and each set's spectral error ``S_gen / S_real - 1``
+    on a symmetric log axis (linear within ±0.05, logarithmic beyond, the sign kept): the band up to
+    Nyquist, where errors are tenths, stays readable beside the corner rings beyond it (shaded),
+    where a checkerboard's error can reach hundreds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -114,13 +117,18 @@ def spectrum_plot(real: np.ndarray, generated: dict[str, np.ndarray], path: str 
         axes[0].semilogy(frequency[1:], spectrum[1:], label=name)
         axes[1].plot(frequency[1:], spectrum[1:] / np.maximum(real[1:], 1e-30) - 1, label=name)
     axes[1].axhline(0, color="black", linewidth=1)
+    axes[1].set_yscale("symlog", linthresh=0.05)
+    low, high = axes[1].get_ylim()
+    ticks = [t for t in (-1000, -100, -10, -1, -0.1, 0, 0.1, 1, 10, 100, 1000) if low <= t <= high]
+    axes[1].set_yticks(ticks, [f"{t:g}" for t in ticks])
+    axes[1].axvspan(1.0, frequency[-1], color="grey", alpha=0.12, linewidth=0)  # the corners, summarised apart
     for axis in axes:
         axis.axvline(0.5, color="grey", linestyle=":", linewidth=1)  # the spectral error summarises f > 0.5
         axis.axvline(1.0, color="grey", linestyle="--", linewidth=1)
         axis.set_xlabel("radial frequency (1 = Nyquist; beyond: the corners)")
         axis.legend(fontsize=8)
     axes[0].set_title("power spectrum")
-    axes[1].set_title("spectral error  S_gen / S_real − 1")
+    axes[1].set_title("spectral error  S_gen / S_real − 1  (symmetric log)")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
