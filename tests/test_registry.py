@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 
-from upzoo import MaskedGaussianBlur, RegistryError, create_upsampler, list_upsamplers, register_upsampler
+from upzoo import ConfigError, MaskedGaussianBlur, RegistryError, create_upsampler, list_upsamplers, register_upsampler
 from upzoo.registry import UPSAMPLERS, PluginWarning, Registry, upsampler_info
 from upzoo.upsamplers import TransposedConvUpsampler, Upsampler
 
@@ -182,3 +182,24 @@ def test_post_filters_are_blocks_of_the_contract():
     assert blur.output_shape((2, 4, 5, 6, 7)) == (2, 4, 5, 6, 7) == tuple(blur(torch.rand(2, 4, 5, 6, 7)).shape)
     any_channels = MaskedGaussianBlur(threshold=0.5)
     assert any_channels.in_channels is None and any_channels.output_shape((1, 9, 8, 8)) == (1, 9, 8, 8)
+
+
+def test_a_bug_inside_a_block_keeps_its_traceback_and_only_unbindable_options_are_the_callers():
+    """The registry translates what is the caller's (options the block cannot take, weights too
+    large to allocate) and lets a block's own bug through as it is, with its traceback."""
+    registry = Registry("upzoo.test_group_for_bugs")
+
+    @registry.register("buggy")
+    class Buggy(Upsampler):
+        def __init__(self, *, spatial_dims, in_channels, out_channels, scale, width: int = 1):
+            super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
+            {}["missing"]  # a bug: KeyError
+
+    contract = {"spatial_dims": 2, "in_channels": 2, "out_channels": 2, "scale": 2}
+    with pytest.raises(KeyError, match="missing") as info:
+        registry.create("buggy", **contract)
+    assert any(frame.name == "__init__" for frame in info.traceback)  # the bug's own frame is there
+    with pytest.raises(RegistryError, match="has no option 'depth'"):
+        registry.create("buggy", **contract, depth=3)
+    with pytest.raises(ConfigError, match=r"'pixel_shuffle' cannot be built with .*in_channels=999999999"):
+        create_upsampler("pixel_shuffle", spatial_dims=2, in_channels=999999999, out_channels=999999999, scale=2)

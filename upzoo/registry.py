@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from torch import nn
 
-from upzoo.errors import ConfigError, RegistryError, UpzooError, did_you_mean
+from upzoo.errors import ConfigError, RegistryError, did_you_mean
 from upzoo.runtime import warnings_at_caller
 
 __all__ = [
@@ -237,6 +237,9 @@ class Registry:
 
         Raises:
             RegistryError: unknown name, or an option the block does not take (with its options).
+            ConfigError: a block that refuses its arguments, or whose weights cannot be allocated.
+                Any other exception from a block's constructor is a bug in the block: it propagates
+                unchanged, with its traceback.
         """
         info = self.info(name)
         if not info.accepts_any_option:
@@ -254,14 +257,20 @@ class Registry:
                 f"guide's channels; UNet and smp_unet pass their skip's channels themselves)"
             )
         kwargs = {**kwargs, **_checked_options(info.factory, name, kwargs)}
+        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        try:
+            inspect.signature(info.factory).bind(**kwargs)
+        except TypeError as exc:  # the options do not fit the factory's signature: the caller's mistake
+            raise RegistryError(f"{self._what} {name!r} cannot take {shown}: {exc}") from None
         try:
             return info.factory(**kwargs)
-        except UpzooError:
-            raise
-        except (TypeError, ValueError, RuntimeError, OverflowError) as exc:  # an option PyTorch itself refused
-            shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ConfigError(f"{self._what} {name!r} cannot be built with {shown}: {first}") from None
+        except MemoryError as exc:
+            raise ConfigError(f"{self._what} {name!r} cannot be built with {shown}: out of memory") from exc
+        except RuntimeError as exc:  # only weights too large to hold are the caller's: a bug is kept whole
+            if not any(word in str(exc) for word in ("allocate", "Storage size calculation overflowed")):
+                raise
+            first = str(exc).splitlines()[0]
+            raise ConfigError(f"{self._what} {name!r} cannot be built with {shown}: {first}") from exc
 
 
 def _checked_options(factory: Callable[..., nn.Module], name: str, options: dict[str, Any]) -> dict[str, Any]:
