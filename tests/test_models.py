@@ -177,7 +177,7 @@ def test_encoder_weights_of_another_architecture_are_refused(tmp_path):
 def test_smp_adapter_with_nearest_interpolation_equals_smp_unet():
     torch.manual_seed(0)
     reference = smp.Unet("resnet18", encoder_weights=None, classes=3).eval()
-    ours = smp_unet("resnet18", upsampler="interpolate", upsampler_options={"mode": "nearest"}, classes=3).eval()
+    ours = smp_unet("resnet18", upsampler="interpolate", upsampler_options={"mode": "nearest"}, num_classes=3).eval()
     assert ours.load_state_dict(reference.state_dict(), strict=True)  # same parameter names
     x = torch.randn(2, 3, 64, 96)
     torch.testing.assert_close(ours(x), reference(x), rtol=0, atol=0)
@@ -186,7 +186,7 @@ def test_smp_adapter_with_nearest_interpolation_equals_smp_unet():
 @pytest.mark.parametrize("upsampler", UPSAMPLERS_2D)
 def test_smp_adapter_accepts_every_upsampler(upsampler):
     guided = upsampler_info(upsampler).needs_guide  # the last block has no skip to guide it
-    net = smp_unet("resnet18", upsampler=[upsampler] * 4 + ["interpolate"] if guided else upsampler, classes=2)
+    net = smp_unet("resnet18", upsampler=[upsampler] * 4 + ["interpolate"] if guided else upsampler, num_classes=2)
     out = net(torch.randn(1, 3, 64, 64))
     assert out.shape == (1, 2, 64, 64)
     _backward_reaches_every_parameter(net, out)

@@ -220,7 +220,7 @@ def test_anisotropic_3d_rules_and_real_runs():
 
 
 def test_smp_models_are_analysed_and_agree_with_smp():
-    net = smp_unet("resnet18", upsampler="pixel_shuffle", classes=2).eval()
+    net = smp_unet("resnet18", upsampler="pixel_shuffle", num_classes=2).eval()
     solver = ShapeSolver(net)
     assert solver.path == "analytic" and solver.rule(0).describe() == "multiples of 32"
     assert solver.valid_sizes(1, 40, 130) == [64, 96, 128]

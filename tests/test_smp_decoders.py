@@ -14,7 +14,7 @@ from PIL import Image
 
 from upzoo import ConfigError
 from upzoo.errors import RegistryError, ShapeError
-from upzoo.models import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
+from upzoo.models import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_unet, smp_upernet
 from upzoo.models.factory import ModelSpec, build_model
 from upzoo.models.smp_decoders import DECODER_POINTS
 from upzoo.registry import list_upsamplers, upsampler_info
@@ -35,7 +35,7 @@ def _pair(key, mode):
     builder, reference_class, encoder, widths = DECODERS[key]
     torch.manual_seed(0)
     reference = getattr(reference_class(encoder_name=encoder, encoder_weights=None, classes=3, **widths), mode)()
-    ours = getattr(builder(encoder, upsampler="interpolate", classes=3, **widths), mode)()
+    ours = getattr(builder(encoder, upsampler="interpolate", num_classes=3, **widths), mode)()
     return ours, reference
 
 
@@ -67,7 +67,7 @@ def _cases():
 def test_every_block_at_every_point_runs_at_any_size_and_learns(key, block):
     builder, _, encoder, widths = DECODERS[key]
     torch.manual_seed(0)
-    model = builder(encoder, upsampler=block, classes=3, **widths).train()
+    model = builder(encoder, upsampler=block, num_classes=3, **widths).train()
     out = model(torch.randn(2, 3, 70, 45))
     assert out.shape == (2, 3, 70, 45)
     (out * torch.randn_like(out)).sum().backward()
@@ -89,7 +89,7 @@ def test_every_block_at_every_point_runs_at_any_size_and_learns(key, block):
 )
 def test_guided_blocks_get_the_encoder_feature_at_their_output_resolution(key, counts):
     builder, _, encoder, widths = DECODERS[key]
-    model = builder(encoder, upsampler="fade", classes=3, **widths).eval()
+    model = builder(encoder, upsampler="fade", num_classes=3, **widths).eval()
     seen = []
     for point in counts:
         for block in getattr(model.decoder, f"up_{point}"):
@@ -105,7 +105,7 @@ def test_guided_blocks_get_the_encoder_feature_at_their_output_resolution(key, c
 
 def test_a_point_list_a_mapping_and_options_per_point():
     builder, _, encoder, widths = DECODERS["fpn"]
-    model = builder(encoder, upsampler=["carafe", None, "transposed"], classes=3, **widths)
+    model = builder(encoder, upsampler=["carafe", None, "transposed"], num_classes=3, **widths)
     assert type(model.decoder.up_top_down[0]).__name__ == "CarafeUpsampler"
     assert model.decoder.up_branch[0].mode == "bilinear" and model.decoder.up_branch[0].align_corners
     assert type(model.segmentation_head[1]).__name__ == "TransposedConvUpsampler"
@@ -130,7 +130,7 @@ def test_a_point_list_a_mapping_and_options_per_point():
         ({"encoder_weights": "imagenet"}, ConfigError, r"never downloads weights: got encoder_weights='imagenet'"),
         ({"upsampling": 2}, ConfigError, r"the head always upsamples the logits to the input size"),
         ({"input_policy": "crop"}, ConfigError, r"input_policy must be 'pad' or 'strict', got 'crop'"),
-        ({"classes": 0}, ConfigError, r"classes"),
+        ({"num_classes": 0}, ConfigError, r"classes"),
         ({"encoder_name": "resnet999"}, ConfigError, r"unknown encoder 'resnet999'; did you mean 'resnet50'\?"),
         ({"encoder_name": None}, ConfigError, r"unknown encoder None"),
         (
@@ -180,7 +180,7 @@ class _nothing:
 @pytest.mark.parametrize("key, stride", [("fpn", 32), ("segformer", 32), ("deeplabv3plus", 16)])
 def test_size_rule_strict_policy_and_the_shape_solver_agree(key, stride):
     builder, _, encoder, widths = DECODERS[key]
-    model = builder(encoder, classes=2, input_policy="strict", **widths).eval()
+    model = builder(encoder, num_classes=2, input_policy="strict", **widths).eval()
     solver = ShapeSolver(model)
     assert solver.path == "analytic" and solver.rule(0).describe() == f"multiples of {stride}"
     assert model(torch.randn(1, 3, stride, 2 * stride)).shape == (1, 2, stride, 2 * stride)
@@ -191,7 +191,7 @@ def test_size_rule_strict_policy_and_the_shape_solver_agree(key, stride):
 def test_recipes_build_every_decoder_and_upzoo_list_names_their_points():
     for architecture in DECODER_POINTS:
         spec = ModelSpec.from_dict(
-            {"architecture": architecture, "encoder_name": "resnet18", "classes": 4, "upsampler": "dysample"}
+            {"architecture": architecture, "encoder_name": "resnet18", "num_classes": 4, "upsampler": "dysample"}
         )
         assert build_model(spec)(torch.randn(2, 3, 32, 32)).shape == (2, 4, 32, 32)
     from upzoo.models.smp_decoders import decoder_point_rows
@@ -213,7 +213,7 @@ def test_recipes_build_every_decoder_and_upzoo_list_names_their_points():
 
 @pytest.mark.parametrize("builder", [smp_upernet, smp_deeplabv3plus])
 def test_a_training_batch_of_one_is_refused_where_batchnorm_follows_global_pooling(builder):
-    model = builder("resnet18", classes=2)
+    model = builder("resnet18", num_classes=2)
     with pytest.raises(ShapeError, match=r"training needs batches of 2 or more, got 1; set data.batch_size >= 2"):
         model(torch.randn(1, 3, 64, 64))
     assert model.eval()(torch.randn(1, 3, 64, 64)).shape == (1, 2, 64, 64)
@@ -231,7 +231,7 @@ def test_a_trained_decoder_run_predicts_and_exports_verified(tmp_path):
     from upzoo.train.engine import train
 
     recipe = small_recipe(tmp_path / "cache")
-    recipe["model"] = {"architecture": "smp_segformer", "encoder_name": "mit_b0", "classes": 19,
+    recipe["model"] = {"architecture": "smp_segformer", "encoder_name": "mit_b0", "num_classes": 19,
                        "decoder_segmentation_channels": 32, "upsampler": "dysample"}  # fmt: skip
     train(parse_recipe(recipe), tmp_path / "run", progress=False)
     loaded = load_model(tmp_path / "run")
@@ -261,3 +261,22 @@ def test_upernets_pyramid_pooling_traced_pools_right_at_every_size(size, spatial
     for shape in [spatial, (spatial[0] + 3, spatial[1] + 5)]:
         x = torch.randn(2, 3, *shape, dtype=torch.float64)
         torch.testing.assert_close(pooled(x), torch.nn.functional.adaptive_avg_pool2d(x, size), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "builder, widths",
+    [(smp_unet, {"encoder_depth": 3, "decoder_channels": (16, 8, 4)}), (smp_fpn, {"decoder_pyramid_channels": 16})],
+)
+def test_num_classes_is_the_name_and_classes_still_works_for_a_release(builder, widths):
+    """As UNet: ``num_classes``. smp's ``classes`` builds the same model with a FutureWarning; the two
+    with different values are refused."""
+    torch.manual_seed(0)
+    model = builder("resnet18", num_classes=3, **widths)
+    torch.manual_seed(0)
+    with pytest.warns(FutureWarning, match=r"classes= is deprecated and will be removed; use num_classes="):
+        old = builder("resnet18", classes=3, **widths)
+    state, old_state = model.state_dict(), old.state_dict()
+    assert state.keys() == old_state.keys() and all(torch.equal(state[k], old_state[k]) for k in state)
+    assert model.segmentation_head[0].out_channels == 3
+    with pytest.raises(ConfigError, match=r"num_classes=3 and classes=4 differ; give num_classes alone"):
+        builder("resnet18", num_classes=3, classes=4)

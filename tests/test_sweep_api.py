@@ -168,15 +168,15 @@ def _model_entries() -> list[tuple[str, Callable[..., Any], dict[str, Any], dict
     weights = reference_state_dict(carafe, source="carafe")
     key = next(iter(weights))
     broken = [{**weights, key: v} for v in (None, "w", weights[key].fill_(NAN).clone(), weights[key][:1])]
-    smp = {"encoder_name": "resnet18", "encoder_depth": 3, "classes": 2, "in_channels": 3}
+    smp = {"encoder_name": "resnet18", "encoder_depth": 3, "num_classes": 2, "in_channels": 3}
     nifti = str(Path(tempfile.mkdtemp()) / "v.nii.gz")
     return [
         ("smp_fpn", smp_fpn, {**smp, "upsampler": "interpolate"},
-         {"classes": WHOLE_POSITIVE, "in_channels": WHOLE_POSITIVE, "encoder_depth": [6, *WHOLE_POSITIVE],
+         {"num_classes": WHOLE_POSITIVE, "in_channels": WHOLE_POSITIVE, "encoder_depth": [6, *WHOLE_POSITIVE],
           "encoder_name": TEXT, "upsampler": [3, "", "no_such_block", ["interpolate"] * 9, Opaque()],
           "input_policy": TEXT}),
         ("smp_unet", smp_unet, {**smp, "decoder_channels": (16, 8, 4)},
-         {"classes": WHOLE_POSITIVE, "in_channels": WHOLE_POSITIVE, "encoder_name": TEXT,
+         {"num_classes": WHOLE_POSITIVE, "in_channels": WHOLE_POSITIVE, "encoder_name": TEXT,
           "upsampler": [3, "", "no_such_block", Opaque()], "upsampler_options": ["x", 3, {"scale": 3}]}),
         ("reference_state_dict", reference_state_dict, {"block": carafe, "source": "carafe"},
          {"source": [*TEXT, "fade", "mmcv"], "block": [None, torch.nn.Linear(2, 2), "carafe"]}),

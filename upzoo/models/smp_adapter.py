@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,9 +65,10 @@ def smp_unet(
     *,
     upsampler: str | Sequence[str] = "interpolate",
     upsampler_options: dict[str, Any] | None = None,
-    classes: int = 1,
+    num_classes: int = 1,
     in_channels: int = 3,
     input_policy: InputPolicy = "pad",
+    classes: int | None = None,
     **smp_kwargs: Any,
 ) -> nn.Module:
     """An ``smp.Unet`` whose decoder blocks upsample with a registered block (x2 each); one name,
@@ -79,12 +81,16 @@ def smp_unet(
     ``input_policy``: ``"pad"`` any size (padded to a multiple of the output stride and cropped
     back) or ``"strict"`` (other sizes raise :class:`ShapeError`).
 
-    >>> net = smp_unet("resnet18", upsampler="pixel_shuffle", classes=3)  # doctest: +SKIP
+    ``num_classes`` is smp's ``classes``, named as ``UNet`` names it; ``classes=`` still works for a
+    release, with a ``FutureWarning``.
+
+    >>> net = smp_unet("resnet18", upsampler="pixel_shuffle", num_classes=3)  # doctest: +SKIP
 
     Raises:
         ConfigError: ``encoder_weights`` other than None (load local weights into ``net.encoder``).
     """
 
+    classes = smp_num_classes(num_classes, classes, "smp_unet")
     model = build_smp_model("Unet", "smp_unet", encoder_name, classes, in_channels, input_policy, smp_kwargs)
     options = block_options(upsampler_options, "smp_unet")
     blocks = model.decoder.blocks
@@ -142,12 +148,35 @@ def padded_smp_class(name: str) -> type[nn.Module]:
     return Padded
 
 
+def smp_num_classes(num_classes: Any, classes: Any, owner: str) -> Any:
+    """The class count of an smp model: ``num_classes``, or ``classes``, smp's name for it, which
+    still works for a release with a ``FutureWarning`` (as timm's renamed arguments do) and then
+    wins over ``num_classes``'s default of 1.
+
+    Raises:
+        ConfigError: both given, with different values.
+    """
+    if classes is None:
+        return num_classes
+    if num_classes not in (1, classes):
+        raise ConfigError(
+            f"{owner}: num_classes={num_classes!r} and classes={classes!r} differ; give num_classes alone "
+            f"(classes is its deprecated name)"
+        )
+    warnings.warn(
+        f"{owner}: classes= is deprecated and will be removed; use num_classes= (the name UNet takes)",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return classes
+
+
 def build_smp_model(smp_name: str, owner: str, encoder_name: Any, classes: Any, in_channels: Any,
                     input_policy: Any, smp_kwargs: dict[str, Any]) -> nn.Module:  # fmt: skip
     """smp's model ``smp_name`` (padded, see :func:`padded_smp_class`), its arguments checked first:
     whole numbers, the input policy, no download, a known encoder, keywords smp takes; smp's own
     refusals (an encoder depth it does not support, ...) come back as one-line ``ConfigError``."""
-    check_positive_int(classes, "classes")
+    check_positive_int(classes, "num_classes")
     check_positive_int(in_channels, "in_channels")
     check_input_policy(input_policy)
     refuse_download(smp_kwargs.pop("encoder_weights", None), owner)

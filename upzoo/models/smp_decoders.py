@@ -20,7 +20,7 @@ from torch import nn
 from upzoo.checks import is_int
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.models.decoder_points import Place, PointInfo, build_point_blocks
-from upzoo.models.smp_adapter import build_smp_model
+from upzoo.models.smp_adapter import build_smp_model, smp_num_classes
 from upzoo.upsamplers.guides import upsample
 
 __all__ = [
@@ -264,12 +264,14 @@ def _documented(kind: str, smp_name: str):
         *,
         upsampler: str | Sequence[str | None] | dict[str, str] | None = None,
         upsampler_options: dict[str, Any] | None = None,
-        classes: int = 1,
+        num_classes: int = 1,
         in_channels: int = 3,
         input_policy: str = "pad",
+        classes: int | None = None,
         **smp_kwargs: Any,
     ) -> nn.Module:
-        return _build(kind, encoder_name, upsampler, upsampler_options, classes, in_channels, input_policy, smp_kwargs)
+        count = smp_num_classes(num_classes, classes, kind)
+        return _build(kind, encoder_name, upsampler, upsampler_options, count, in_channels, input_policy, smp_kwargs)
 
     builder.__name__ = builder.__qualname__ = kind
     builder.__doc__ = f"""smp's ``{smp_name}`` with a registered block at each upsampling point ({points}).
@@ -277,7 +279,8 @@ def _documented(kind: str, smp_name: str):
     ``upsampler``: one block name for every point but ``head`` (the logits' x4 resize, kept bilinear
     as in the upsampler papers), a list with one name per point, or a mapping point -> name; a point
     left out (or None) keeps smp's resize there. ``upsampler_options``: one mapping for every named
-    point, or a mapping point -> options. ``classes``, ``in_channels`` and any other keyword are smp's;
+    point, or a mapping point -> options. ``num_classes`` is smp's ``classes`` (which still
+    works for a release, with a ``FutureWarning``); ``in_channels`` and any other keyword are smp's;
     ``encoder_weights`` must stay None (nothing is downloaded). ``input_policy``: ``"pad"`` any input
     size (padded to a multiple of the encoder's output stride, cropped back) or ``"strict"``.
 
