@@ -129,9 +129,14 @@ def test_channels_last_and_deep_supervision():
     x = torch.randn(2, 3, 21, 30)
     torch.testing.assert_close(net(x.to(memory_format=torch.channels_last)), net(x), rtol=1e-4, atol=1e-5)
     net.train()
-    main, *aux = net(x)
+    main, *aux = net(x, aux=True)
     assert main.shape == (2, 3, 21, 30)
     assert [tuple(a.shape[2:]) for a in aux] == [(11, 15)]  # the deeper of the two decoder stages
+    torch.testing.assert_close(net(x, aux=False), main)  # one tensor, the main output: as every model
+    with pytest.warns(FutureWarning, match=r"call forward\(x, aux=True\)"):
+        assert isinstance(net(x), list)  # the old answer, for one more release
+    with pytest.raises(ConfigError, match="build with deep_supervision=True"):
+        UNet(spatial_dims=2, in_channels=3, num_classes=3, **SMALL)(x, aux=True)
 
 
 @pytest.mark.parametrize("encoder", ["resnet18", "tu-resnet18"])

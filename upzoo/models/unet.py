@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape, conv_nd, crop_start, pad_end
 from upzoo.models.blocks import DoubleConv
+from upzoo.models.checkpointing import checkpointed
 from upzoo.models.encoders import Encoder, create_encoder, stage_scales
 from upzoo.models.sizes import AxisRule, find_axis_rule
 from upzoo.registry import block_options, create_upsampler
@@ -65,28 +65,6 @@ class DecoderStage(nn.Module):
         if skip is not None:
             x = torch.cat([x, skip], dim=1)
         return self.conv(x)
-
-
-@contextlib.contextmanager
-def _restored_buffers(module: nn.Module) -> Iterator[None]:
-    """Run a block and put ``module``'s buffers back as they were: the recomputation of a
-    checkpointed forward must not update BatchNorm running statistics (and ``num_batches_tracked``)
-    a second time. The recomputation itself normalises with batch statistics, as the forward did."""
-    saved = [(b, b.clone()) for b in module.buffers()]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for buffer, value in saved:
-                buffer.copy_(value)
-
-
-def checkpointed(module: nn.Module, *args: torch.Tensor | None):
-    """``module(*args)`` under gradient checkpointing that changes memory only: the backward's
-    recomputation keeps BatchNorm running statistics as the forward left them."""
-    return checkpoint(
-        module, *args, use_reentrant=False, context_fn=lambda: (contextlib.nullcontext(), _restored_buffers(module))
-    )
 
 
 def per_stage(value: Any, n: int, name: str, default: Any) -> list[Any]:
@@ -150,8 +128,10 @@ class UNet(nn.Module):
         norm: normalisation of the conv blocks.
         act: activation of the conv blocks.
         checkpointing: gradient checkpointing per encoder and decoder stage while training.
-        deep_supervision: extra 1x1 heads on the decoder stages; in training mode ``forward`` returns
-            ``[main, aux_1, ...]`` (aux outputs at their own, lower resolution), in eval mode ``main``.
+        deep_supervision: extra 1x1 heads on the decoder stages: ``forward(x, aux=True)`` returns
+            ``[main, aux_1, ...]`` (aux outputs at their own, lower resolution); ``forward(x)`` returns
+            the main output as every model does (until the next release, a model in training mode
+            called without ``aux`` still returns the list, with a ``FutureWarning``).
 
     Raises:
         ConfigError / RegistryError: inconsistent options, unknown encoder or upsampler names.
@@ -350,7 +330,26 @@ class UNet(nn.Module):
             return [rule.padding(s) for s, rule in zip(spatial, self.size_rules)]
         return [t - s for s, t in zip(spatial, self.padded_size(spatial))]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+    def forward(self, x: torch.Tensor, *, aux: bool | None = None) -> torch.Tensor | list[torch.Tensor]:
+        """``(B, in_channels, *S) -> (B, num_classes, *S)`` logits; with ``aux=True`` (deep
+        supervision) ``[main, aux_1, ...]``.
+
+        Raises:
+            ShapeError: an input of other dims or channels, or a size ``input_policy="strict"`` refuses.
+            ConfigError: ``aux=True`` on a model built without ``deep_supervision``.
+        """
+        if aux and self.aux_heads is None:
+            raise ConfigError(
+                "UNet.forward(aux=True) returns the deep-supervision outputs: build with deep_supervision=True"
+            )
+        if aux is None and self.aux_heads is not None and self.training:
+            warnings.warn(
+                "UNet with deep_supervision in training mode: forward(x) will return the main output only in the "
+                "next release; call forward(x, aux=True) for [main, aux_1, ...]",
+                FutureWarning,
+                stacklevel=2,
+            )
+            aux = True
         check_input_shape(x.shape, spatial_dims=self.spatial_dims, channels=self.in_channels, owner="UNet")
         spatial = tuple(x.shape[2:])
         padding = self._padding(spatial)
@@ -369,7 +368,7 @@ class UNet(nn.Module):
             out = self.post_filter(out)
         if pad_and_crop:
             out = crop_start(out, spatial)
-        if self.aux_heads is not None and self.training:
+        if aux:
             return [out, *self._aux_outputs(outputs[:-1], spatial, padding)]
         return out
 

@@ -146,8 +146,9 @@ class SegmentationTask(Task):
 
     def step(self, batch: dict, ctx: StepContext) -> dict[str, float]:
         images, masks = ctx.to_device(batch["image"], image=True), ctx.to_device(batch["mask"])
+        deep = {"aux": True} if self.prepared.spec.options.get("deep_supervision") else {}  # UNet's heads
         with ctx.autocast():
-            output = ctx.net("model")(images)
+            output = ctx.net("model")(images, **deep)
         data = self.prepared.data
         weight = self.class_weight.to(ctx.device) if self.class_weight is not None else None
         loss = segmentation_loss(
