@@ -221,7 +221,7 @@ def _carafe_loop(x, kernels, k, scale):
 
 def test_carafe_equals_a_plain_loop_over_output_pixels():
     block = create_upsampler(
-        "carafe", spatial_dims=2, in_channels=3, out_channels=3, scale=(2, 3), kernel_up=3, compressed_channels=4
+        "carafe", spatial_dims=2, in_channels=3, out_channels=3, scale=(2, 3), kernel_size=3, embedding_channels=4
     ).double()
     x = torch.randn(1, 3, 4, 5, dtype=torch.float64)
     logits = block.encoder(block.compress(x))  # (1, k*k * R, H, W), channel = kk * R + sub
@@ -235,7 +235,7 @@ def test_carafe_equals_a_plain_loop_over_output_pixels():
 
 
 def test_carafe_with_uniform_kernels_is_box_mean_then_nearest():
-    block = create_upsampler("carafe", spatial_dims=2, in_channels=4, out_channels=4, scale=2, kernel_up=5)
+    block = create_upsampler("carafe", spatial_dims=2, in_channels=4, out_channels=4, scale=2, kernel_size=5)
     nn.init.zeros_(block.encoder.weight)
     nn.init.zeros_(block.encoder.bias)
     x = torch.randn(2, 4, 6, 7)

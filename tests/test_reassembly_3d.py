@@ -47,7 +47,9 @@ def _reference(x: torch.Tensor, scale, k: int, kernel_logits) -> torch.Tensor:
 def _carafe_reference(block, x):
     logits = block.encoder(block.compress(x))  # (B, k³ * r, *S): kernel entry d of sub-position sub
     r = block.scale_product
-    return _reference(x, block.scale, block.kernel_up, lambda o, p, sub, i, d: logits[:, i * r + sub, p[0], p[1], p[2]])
+    return _reference(
+        x, block.scale, block.kernel_size, lambda o, p, sub, i, d: logits[:, i * r + sub, p[0], p[1], p[2]]
+    )
 
 
 def _fade_reference(block, x, guide):
@@ -81,13 +83,13 @@ REFERENCES = {"carafe": _carafe_reference, "fade": _fade_reference, "sapa": _sap
 def test_3d_block_equals_the_equations_in_float64(name, scale):
     torch.manual_seed(0)
     guided = name != "carafe"
-    options = {"guide_channels": 3} if guided else {"compressed_channels": 4}
+    options = {"guide_channels": 3} if guided else {"embedding_channels": 4}
     if name == "carafe":
-        options["kernel_encoder"] = 3
+        options["encoder_kernel_size"] = 3
     block = create_upsampler(name, spatial_dims=3, in_channels=2, out_channels=2, scale=scale, **options).double()
     if name == "carafe":  # the fresh block's N(0, 0.001) encoder gives near-uniform kernels: make them differ
         torch.nn.init.normal_(block.encoder.weight, std=0.5)
-    assert (block.kernel_up if name == "carafe" else block.kernel_size) == 3  # the 3D default
+    assert block.kernel_size == 3  # the 3D default
     x = torch.randn(2, 2, 2, 3, 3, dtype=torch.float64, requires_grad=True)
     args = [x]
     if guided:

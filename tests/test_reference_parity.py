@@ -167,7 +167,7 @@ def _mean_largest_kernel_weight(block, x, guide=None) -> float:
     kernels = block.kernels(x, guide) if guide is not None else None
     if kernels is None:  # carafe: its kernels from the encoder, as in its upsample
         b, _, h, w = x.shape
-        logits = block.encoder(block.compress(x)).reshape(b, block.kernel_up**2, block.scale_product, h, w)
+        logits = block.encoder(block.compress(x)).reshape(b, block.kernel_size**2, block.scale_product, h, w)
         kernels = logits.softmax(dim=1)
     return float(kernels.max(dim=1).values.mean())
 
@@ -309,7 +309,7 @@ def test_carafe_equals_mmcv_carafepack_with_its_weights(scale, up_kernel, encode
     torch.manual_seed(scale)
     ref = _float64(lambda: MmcvCarafePack(8, scale, up_kernel, encoder_kernel, compressed=6))
     _randomise(ref)
-    options = dict(kernel_up=up_kernel, kernel_encoder=encoder_kernel, compressed_channels=6)
+    options = dict(kernel_size=up_kernel, encoder_kernel_size=encoder_kernel, embedding_channels=6)
     block = create_upsampler("carafe", spatial_dims=2, in_channels=8, out_channels=8, scale=scale, **options).double()
     load_reference_state_dict(block, ref.state_dict(), source="carafe")
     x = torch.randn(2, 8, 5, 6, dtype=torch.float64, requires_grad=True)

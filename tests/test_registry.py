@@ -35,7 +35,7 @@ def test_built_ins_are_listed_with_wildcards_and_kinds():
     info = upsampler_info("carafe")
     assert info.spatial_dims == (2, 3) and info.kind == "upsampler"
     assert info.description.startswith("CARAFE")
-    assert info.options["kernel_up"] is None  # the default: 5 in 2D, 3 in 3D
+    assert info.options["kernel_size"] is None  # the default: 5 in 2D, 3 in 3D
 
 
 def test_unknown_name_lists_the_options_and_the_closest_match():
@@ -203,3 +203,17 @@ def test_a_bug_inside_a_block_keeps_its_traceback_and_only_unbindable_options_ar
         registry.create("buggy", **contract, depth=3)
     with pytest.raises(ConfigError, match=r"'pixel_shuffle' cannot be built with .*in_channels=999999999"):
         create_upsampler("pixel_shuffle", spatial_dims=2, in_channels=999999999, out_channels=999999999, scale=2)
+
+
+def test_carafe_takes_the_option_names_of_fade_and_sapa_and_its_old_ones_for_a_release():
+    torch.manual_seed(0)
+    new = create_upsampler("carafe", spatial_dims=2, in_channels=4, out_channels=4, scale=2, kernel_size=3,
+                           encoder_kernel_size=1, embedding_channels=8)  # fmt: skip
+    torch.manual_seed(0)
+    with pytest.warns(FutureWarning, match="kernel_up is deprecated and will be removed; use kernel_size"):
+        old = create_upsampler("carafe", spatial_dims=2, in_channels=4, out_channels=4, scale=2, kernel_up=3,
+                               kernel_encoder=1, compressed_channels=8)  # fmt: skip
+    assert all(torch.equal(a, b) for a, b in zip(new.state_dict().values(), old.state_dict().values()))
+    assert new.kernel_size == old.kernel_size == 3 and new.encoder.kernel_size == (1, 1)
+    with pytest.raises(ConfigError, match=r"kernel_up=3 and kernel_size=5 differ; give kernel_size alone"):
+        create_upsampler("carafe", spatial_dims=2, in_channels=4, out_channels=4, scale=2, kernel_size=5, kernel_up=3)

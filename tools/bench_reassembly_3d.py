@@ -110,7 +110,7 @@ def main() -> None:
     for name in ("carafe", "fade", "sapa"):
         for k in (3, 5) if args.k5 else (3,):
             for way in ("loop", "materialised"):
-                steps[f"{name} 3D k{k} {way}"] = _step(name, shape, (1, 2, 2), way, **{_k(name): k})
+                steps[f"{name} 3D k{k} {way}"] = _step(name, shape, (1, 2, 2), way, kernel_size=k)
         steps[f"{name} 2D"] = _step(name, shape_2d, (2, 2), "default")
     timings = compare_calls(steps, warmup=1, runs=args.rounds)  # interleaved: noise hits all alike
     memory = {k: max(peak_memory(run).mib for _ in range(3)) for k, run in steps.items()}
@@ -131,10 +131,6 @@ def main() -> None:
         per_voxel_2d = memory[f"{name} 2D"] * 1024 / voxels_2d
         print(f"| {key} | {med * 1e3:.0f} ({q1 * 1e3:.0f}-{q3 * 1e3:.0f}) | {versus:.2f}x | {memory[key]:.0f} | "
               f"{per_voxel:.2f} | {per_voxel / per_voxel_2d:.2f}x |")  # fmt: skip
-
-
-def _k(name: str) -> str:
-    return "kernel_up" if name == "carafe" else "kernel_size"
 
 
 if __name__ == "__main__":

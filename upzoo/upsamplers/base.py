@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -137,3 +138,20 @@ class PostFilter(Upsampler):
 
     def __init__(self, *, spatial_dims: int, channels: int | None = None) -> None:
         super().__init__(spatial_dims=spatial_dims, in_channels=channels, out_channels=channels, scale=1)
+
+
+def renamed_option(name: str, value: Any, default: Any, old_name: str, old_value: Any) -> Any:
+    """An option under its new ``name``, or under ``old_name`` for one more release (a
+    ``FutureWarning`` naming the new name, as timm's renamed arguments do).
+
+    Raises:
+        ConfigError: both names given, with different values.
+    """
+    if old_value is None:
+        return value
+    if value not in (default, old_value):
+        raise ConfigError(
+            f"{old_name}={old_value!r} and {name}={value!r} differ; give {name} alone ({old_name} is its old name)"
+        )
+    warnings.warn(f"{old_name} is deprecated and will be removed; use {name}", FutureWarning, stacklevel=4)
+    return old_value

@@ -11,7 +11,7 @@ from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError
 from upzoo.layers import conv_nd
 from upzoo.registry import register_upsampler
-from upzoo.upsamplers.base import Upsampler
+from upzoo.upsamplers.base import Upsampler, renamed_option
 from upzoo.upsamplers.reassembly import default_kernel, reassemble
 
 __all__ = ["CarafeUpsampler"]
@@ -44,23 +44,31 @@ class CarafeUpsampler(Upsampler):
         in_channels: int,
         out_channels: int,
         scale: int | Sequence[int],
+        kernel_size: int | None = None,
+        encoder_kernel_size: int = 3,
+        embedding_channels: int = 64,
         kernel_up: int | None = None,
-        kernel_encoder: int = 3,
-        compressed_channels: int = 64,
+        kernel_encoder: int | None = None,
+        compressed_channels: int | None = None,
     ) -> None:
         super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
-        kernel_up = default_kernel(kernel_up, self.spatial_dims)
-        for name, k in (("kernel_up", kernel_up), ("kernel_encoder", kernel_encoder)):
+        kernel_size = renamed_option("kernel_size", kernel_size, None, "kernel_up", kernel_up)
+        encoder_kernel_size = renamed_option(
+            "encoder_kernel_size", encoder_kernel_size, 3, "kernel_encoder", kernel_encoder
+        )
+        mid = renamed_option("embedding_channels", embedding_channels, 64, "compressed_channels", compressed_channels)
+        kernel_size = default_kernel(kernel_size, self.spatial_dims)
+        for name, k in (("kernel_size", kernel_size), ("encoder_kernel_size", encoder_kernel_size)):
             if check_positive_int(k, name) % 2 == 0:
                 raise ConfigError(f"carafe {name} must be odd, got {k}")
-        self.kernel_up = kernel_up
-        self.kernel_encoder = kernel_encoder
-        mid = check_positive_int(compressed_channels, "compressed_channels")
+        self.kernel_size = kernel_size
+        self.encoder_kernel_size = encoder_kernel_size
+        mid = check_positive_int(mid, "embedding_channels")
         conv = conv_nd(self.spatial_dims)
         self.compress = conv(self.in_channels, mid, kernel_size=1)
         self.encoder = conv(
-            mid, kernel_up**self.spatial_dims * self.scale_product, kernel_size=kernel_encoder,
-            padding=kernel_encoder // 2,
+            mid, kernel_size**self.spatial_dims * self.scale_product, kernel_size=encoder_kernel_size,
+            padding=encoder_kernel_size // 2,
         )  # fmt: skip
         self.proj = (
             conv(self.in_channels, self.out_channels, kernel_size=1) if self.out_channels != self.in_channels else None
@@ -80,9 +88,9 @@ class CarafeUpsampler(Upsampler):
     def upsample(self, x: torch.Tensor) -> torch.Tensor:
         b, _, *spatial = x.shape
         logits = self.encoder(self.compress(x))
-        kernels = logits.reshape(b, self.kernel_up**self.spatial_dims, self.scale_product, *spatial).softmax(dim=1)
-        y = reassemble(x, kernels, self.kernel_up, self.scale)
+        kernels = logits.reshape(b, self.kernel_size**self.spatial_dims, self.scale_product, *spatial).softmax(dim=1)
+        y = reassemble(x, kernels, self.kernel_size, self.scale)
         return self.proj(y) if self.proj is not None else y
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, kernel_up={self.kernel_up}"
+        return f"{super().extra_repr()}, kernel_size={self.kernel_size}"
