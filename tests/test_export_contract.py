@@ -53,6 +53,7 @@ def test_the_onnx_file_carries_its_contract_and_deploys_without_upzoo(run_dir, t
     assert contract["input.layout"] == "NCHW" and contract["input.dtype"] == "float32"
     assert json.loads(contract["class_names"]) == loaded.class_names
     assert json.loads(contract["palette"]) == loaded.palette.tolist()
+    assert len(json.loads(contract["palette"])) == len(loaded.class_names) == 19  # one colour per class
     assert json.loads(contract["input.mean"]) == list(loaded.mean) and json.loads(contract["input.std"]) == list(
         loaded.std
     )

@@ -198,3 +198,12 @@ def test_a_variant_can_swap_a_generators_last_stage_alone(tmp_path):
     assert model["last_upsampler"] == "fir" and model["upsampler"] == "transposed"
     assert model["upsampler_options"] == {"kernel_size": 4, "padding": 1}  # the block's options, not the model's
     assert "last_upsampler" not in variant_recipe(parse_recipe(recipe), base, 1).model.to_dict()
+
+
+def test_kid_shows_a_spread_only_where_there_is_one():
+    from upzoo.cli.train import _generative_line
+
+    assert "KID 0.0100 ± 0.0020" in _generative_line({"kid": 0.01, "kid_std": 0.002})
+    whole = _generative_line({"kid": 0.01, "kid_std": 0.0})  # every subset was the whole set: no spread to show
+    assert "KID 0.0100 (one subset: all images)" in whole and "±" not in whole
+    assert "--features" not in NO_FEATURES and "eval.features" in NO_FEATURES  # an option that exists

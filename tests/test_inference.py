@@ -39,7 +39,7 @@ def _val_images(run: Path) -> list[Path]:
 def test_load_model_brings_the_data_conventions(seg_run):
     loaded = load_model(seg_run)
     assert loaded.checkpoint.name == "best.pt" and not loaded.model.training
-    assert loaded.class_names[:2] == ["road", "sidewalk"] and loaded.palette.shape == (20, 3)
+    assert loaded.class_names[:2] == ["road", "sidewalk"] and loaded.palette.shape == (19, 3)  # one colour per class
     assert loaded.mean == pytest.approx((0.485, 0.456, 0.406)) and loaded.num_classes == 19
     import upzoo
 

@@ -132,11 +132,19 @@ def _print_summary(summary: dict) -> None:
         click.echo(_generative_line(summary))
 
 
+def _kid_text(result: dict) -> str:
+    """KID with its spread over subsets; none where every subset was the whole set (one value)."""
+    spread = result.get("kid_std", 0.0)
+    return (
+        f"KID {result['kid']:.4f} ± {spread:.4f}" if spread > 0 else f"KID {result['kid']:.4f} (one subset: all images)"
+    )
+
+
 def _generative_line(result: dict) -> str:
     """A generator's metrics on one line (what is there: SWD needs 16x16 images, KID/FD features)."""
     parts = [f"SWD {result['swd']:.2f}" if "swd" in result else "",
              f"spectral error {result['spectral_error']:.3f}" if "spectral_error" in result else "",
-             f"KID {result['kid']:.4f} ± {result['kid_std']:.4f}" if "kid" in result else "",
+             _kid_text(result) if "kid" in result else "",
              f"{result['fd_name']} {result['fd']:.3f}" if "fd" in result else "",
              f"checkerboard {result['checkerboard']:.4f}" if "checkerboard" in result else ""]  # fmt: skip
     images = f" ({result['images']} generated vs {result['images']} real images)" if "images" in result else ""

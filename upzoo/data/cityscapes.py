@@ -81,7 +81,7 @@ _TRAINED = sorted((label for label in LABELS if label.train_id != 255), key=lamb
 #: The 19 class names in train-id order.
 CLASS_NAMES: tuple[str, ...] = tuple(label.name for label in _TRAINED)
 #: ``(20, 3)`` uint8 colours: the 19 train ids, then black for 255 (index with ``min(id, 19)``).
-PALETTE = np.array([label.color for label in _TRAINED] + [(0, 0, 0)], dtype=np.uint8)
+PALETTE = np.array([label.color for label in _TRAINED], dtype=np.uint8)  # one colour per trained class
 _LUT = np.full(35, IGNORE_INDEX, dtype=np.uint8)  # index: label id + 1 (so the license plate's -1 fits)
 for _label in LABELS:
     _LUT[_label.id + 1] = _label.train_id

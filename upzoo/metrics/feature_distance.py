@@ -132,7 +132,7 @@ def encoder_features(run: str | Path, device: str = "cpu") -> FeatureExtractor:
 
     loaded = load_model(run, device=device)
     if loaded.task != "segmentation" or loaded.volumes:
-        raise DataError(f"{run}: --features needs a 2D segmentation run (its encoder), got a {loaded.task} run")
+        raise DataError(f"{run}: eval.features needs a 2D segmentation run (its encoder), got a {loaded.task} run")
     encoder = loaded.model.encoder.eval()
     mean = torch.tensor(loaded.mean or (0.0, 0.0, 0.0)).view(1, -1, 1, 1)
     std = torch.tensor(loaded.std or (1.0, 1.0, 1.0)).view(1, -1, 1, 1)

@@ -27,7 +27,10 @@ from upzoo.metrics.swd import SlicedWasserstein
 
 __all__ = ["GenerativeReport", "RealImages", "NO_FEATURES"]
 
-NO_FEATURES = "KID/FD not computed: no feature extractor (give --features RUN or an Inception weights file)"
+NO_FEATURES = (
+    "KID/FD not computed: no feature extractor (set eval.features to a segmentation run or an Inception "
+    "weights file: --set eval.features=RUN)"
+)
 
 
 @dataclass

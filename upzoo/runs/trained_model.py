@@ -112,6 +112,8 @@ def load_model(
     load_weights(model, weights, checkpoint, saved_spec=state["model_spec"])
     meta = state.get("data_meta") or _meta_from_recipe(recipe)
     palette = np.asarray(meta["palette"], dtype=np.uint8) if meta.get("palette") else None
+    if palette is not None and meta.get("class_names"):
+        palette = palette[: len(meta["class_names"])]  # runs written before PALETTE lost its ignore colour
     return LoadedModel(
         model=model.to(device).eval(),
         recipe=recipe,
