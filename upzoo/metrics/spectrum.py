@@ -162,9 +162,9 @@ def _as_spectrum(spectrum: np.ndarray, what: str) -> np.ndarray:
     Raises:
         ShapeError: naming what came.
     """
+    if np.iscomplexobj(spectrum):
+        raise ShapeError(f"{what}: a power spectrum holds real numbers, got {np.asarray(spectrum).dtype}")
     try:
-        if np.iscomplexobj(spectrum):
-            raise TypeError("complex")
         spectrum = np.asarray(spectrum, np.float64)
     except (TypeError, ValueError):
         raise ShapeError(f"{what}: expected a radial spectrum (R,) of numbers, got {type(spectrum).__name__}") from None
@@ -220,8 +220,7 @@ def image_spectral_error(generated: torch.Tensor, real: torch.Tensor) -> tuple[n
     Raises:
         ShapeError: images that are not square batches of one size, or as :func:`spectral_error`.
     """
-    for what, images in (("generated images", generated), ("real images", real)):
-        as_unit_images(images, what)  # checked naming the set, before any spectrum is taken
+    generated, real = as_unit_images(generated, "generated images"), as_unit_images(real, "real images")
     return spectral_error(radial_power_spectrum(generated), radial_power_spectrum(real))
 
 
