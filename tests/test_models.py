@@ -210,6 +210,8 @@ def test_generator_with_every_upsampler(upsampler, resolution):
             DCGANGenerator(16, 3, resolution, upsampler=upsampler, base_channels=8)
         return
     g = DCGANGenerator(16, 3, resolution, upsampler=upsampler, base_channels=8)
+    assert [type(m).__name__ for m in g.stages[0][1:]] == ["BatchNorm2d", "ReLU"]
+    assert [type(m).__name__ for m in g.stages[-1][1:]] == ["Tanh"]
     x = g(torch.randn(3, 16))
     assert x.shape == (3, 3, resolution, resolution)
     assert x.min() >= -1 and x.max() <= 1
@@ -226,6 +228,8 @@ def test_last_upsampler_swaps_the_last_stage_alone(last, options):
     plain = DCGANGenerator.classic(16, 3, 32, base_channels=8)
     torch.manual_seed(0)
     swapped = DCGANGenerator.classic(16, 3, 32, base_channels=8, last_upsampler=last, last_upsampler_options=options)
+    layers = [[type(m).__name__ for m in stage[1:]] for stage in swapped.stages]
+    assert layers == [["BatchNorm2d", "ReLU"], ["BatchNorm2d", "ReLU"], ["Tanh"]]  # only the image layer ends in tanh
     kinds = [type(stage[0]).__name__ for stage in swapped.stages]
     assert kinds[:-1] == ["TransposedConvUpsampler"] * 2 and kinds[-1] != "TransposedConvUpsampler"
     assert swapped.stages[-1][0].out_channels == 3 and swapped.stages[-1][0].in_channels == 8

@@ -141,7 +141,9 @@ def _build_stages(
         guide_options(name, 0, f"DCGANGenerator stage {i}")  # a generator has no encoder to guide it
         with warnings_at_caller(f"DCGANGenerator stage {i} ({source}): "):
             up = create_upsampler(name, spatial_dims=2, in_channels=c_in, out_channels=c_out, scale=2, **options)
-        stages.append(nn.Sequential(up, nn.Tanh()) if last else nn.Sequential(up, nn.BatchNorm2d(c_out), nn.ReLU(True)))
+        stages.append(
+            nn.Sequential(up, nn.Tanh()) if final else nn.Sequential(up, nn.BatchNorm2d(c_out), nn.ReLU(True))
+        )
     return nn.Sequential(*stages)
 
 
