@@ -23,7 +23,7 @@ from upzoo.metrics.spectrum import (
     spectral_decay,
     spectral_error,
 )
-from upzoo.metrics.swd import SlicedWasserstein
+from upzoo.metrics.swd import SlicedWasserstein, check_swd_options
 
 __all__ = ["GenerativeReport", "RealImages", "NO_FEATURES"]
 
@@ -72,7 +72,7 @@ class RealImages:
         if extractor is not None:
             check_extractor(extractor)
         check_kid_options(subsets, subset_size, seed)
-        SlicedWasserstein(patches_per_image=patches_per_image, seed=seed)  # its options, checked before any work
+        check_swd_options(patches_per_image=patches_per_image, seed=seed)  # before any work
         if not isinstance(images, (torch.Tensor, Iterable)):
             raise ShapeError(
                 f"real images must be a tensor (N, C, H, W) or batches of them, got {type(images).__name__}"

@@ -105,6 +105,17 @@ def sliced_wasserstein(a: torch.Tensor, b: torch.Tensor, directions: torch.Tenso
     return float(np.abs(projected_a - projected_b).mean(dtype=np.float64))
 
 
+def check_swd_options(**options: object) -> None:
+    """SWD's options where they enter: ``patches_per_image``, ``repeats`` and ``directions`` whole
+    numbers >= 1, ``seed`` >= 0 (those given).
+
+    Raises:
+        ShapeError: naming the option and the value that came.
+    """
+    for name, value in options.items():
+        check_positive_int(value, f"SlicedWasserstein: {name}", minimum=0 if name == "seed" else 1, error=ShapeError)
+
+
 class SlicedWasserstein:
     """SWD between a real and a generated set of images, fed batch by batch (see the module).
 
@@ -123,9 +134,7 @@ class SlicedWasserstein:
     """
 
     def __init__(self, patches_per_image: int = 128, repeats: int = 4, directions: int = 128, seed: int = 0) -> None:
-        for name, value in (("patches_per_image", patches_per_image), ("repeats", repeats), ("directions", directions)):
-            check_positive_int(value, f"SlicedWasserstein: {name}", error=ShapeError)
-        check_positive_int(seed, "SlicedWasserstein: seed", minimum=0, error=ShapeError)
+        check_swd_options(patches_per_image=patches_per_image, repeats=repeats, directions=directions, seed=seed)
         self.patches_per_image, self.repeats, self.directions = patches_per_image, repeats, directions
         self.seed = seed
         self.seen = {True: 0, False: 0}
