@@ -4,7 +4,8 @@ site is built, so that they cannot drift from it:
 - ``index.md``: the README, its ``docs/...`` links made relative to the site;
 - ``<!-- upzoo-cli -->``: every ``upzoo`` command, from the click definitions (as ``--help``);
 - ``<!-- upzoo-recipe-schema -->``: every recipe section and key with its type and default, from
-  the recipe's JSON Schema.
+  the recipe's JSON Schema;
+- every page: the docstrings' Sphinx roles (``:func:`x```) shown as the code they name.
 """
 
 from __future__ import annotations
@@ -24,6 +25,17 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
         return readme_page()
     markdown = markdown.replace("<!-- upzoo-cli -->", cli_page())
     return markdown.replace("<!-- upzoo-recipe-schema -->", schema_page())
+
+
+#: A Sphinx cross-reference role as the docstrings write it and Markdown renders it:
+#: ``:func:`x``` -> ``:func:<code>x</code>``; the site shows the code alone.
+SPHINX_ROLE = re.compile(r":(?:func|meth|class|data|mod|attr|exc|obj):(<code>)")
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """The API pages without the raw Sphinx roles of the docstrings (``:func:`hausdorff95``` reads
+    as the code ``hausdorff95``)."""
+    return SPHINX_ROLE.sub(r"\1", html)
 
 
 def readme_page() -> str:
