@@ -413,3 +413,24 @@ def test_the_spectral_error_panel_shows_the_band_beside_the_corners(tmp_path, mo
     assert error_axis.get_yscale() == "symlog"
     assert {0.1, 100.0} <= set(error_axis.get_yticks().tolist())  # the band's tenths and the corners' hundreds
     assert any(type(p).__name__ == "Rectangle" and p.get_alpha() == 0.12 for p in error_axis.patches)
+
+
+def test_curves_give_each_metric_its_own_scale(tmp_path, monkeypatch):
+    """SWD (~150), spectral error (~14) and checkerboard (~0.3) on one linear axis flatten the small
+    ones: each metric gets its own panel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from upzoo.figures import plot_curves
+
+    saved = {}
+    monkeypatch.setattr(plt.Figure, "savefig", lambda fig, path, **kw: saved.setdefault("fig", fig))
+    rows = [{"step": str(s), "loss_g": "1.0", "loss_d": "0.5", "swd": str(150 - s), "spectral_error": "14",
+             "checkerboard": "0.3"} for s in (10, 20)]  # fmt: skip
+    plot_curves(rows, tmp_path / "curves.png", ["swd", "spectral_error", "checkerboard"])
+    axes = saved["fig"].axes
+    assert [a.get_title() for a in axes] == ["training loss", "swd", "spectral_error", "checkerboard"]
+    low, high = axes[3].get_ylim()
+    assert high - low < 1  # the checkerboard's own scale, not SWD's

@@ -62,7 +62,9 @@ def prediction_grid(
 
 
 def plot_curves(rows: list[dict[str, str]], path: str | Path, metrics: Sequence[str]) -> None:
-    """Training loss and validation metrics against the step."""
+    """Training loss and each validation metric against the step, every metric in a panel of its
+    own (a generator's SWD in the hundreds, spectral error in tens and checkerboard in tenths each
+    keep a readable scale)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,7 +74,8 @@ def plot_curves(rows: list[dict[str, str]], path: str | Path, metrics: Sequence[
         pts = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) not in (None, "", "nan")]
         return zip(*pts) if pts else ((), ())
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 1 + len(metrics), figsize=(4.2 * (1 + len(metrics)), 3.6), squeeze=False)
+    axes = axes[0]
     loss_keys = [k for k in ("loss", "loss_d", "loss_g") if rows and k in rows[0]]
     for key in loss_keys:
         steps, values = series(key)
@@ -80,12 +83,11 @@ def plot_curves(rows: list[dict[str, str]], path: str | Path, metrics: Sequence[
     axes[0].set_xlabel("step")
     axes[0].set_title("training loss")
     axes[0].legend()
-    for key in metrics:
+    for axis, key in zip(axes[1:], metrics):
         steps, values = series(key)
-        axes[1].plot(steps, values, marker="o", label=key)
-    axes[1].set_xlabel("step")
-    axes[1].set_title("validation" if "val_miou" in metrics else "samples")
-    axes[1].legend()
+        axis.plot(steps, values, marker="o")
+        axis.set_xlabel("step")
+        axis.set_title(key)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
