@@ -207,3 +207,24 @@ def test_kid_shows_a_spread_only_where_there_is_one():
     whole = _generative_line({"kid": 0.01, "kid_std": 0.0})  # every subset was the whole set: no spread to show
     assert "KID 0.0100 (one subset: all images)" in whole and "±" not in whole
     assert "--features" not in NO_FEATURES and "eval.features" in NO_FEATURES  # an option that exists
+
+
+def test_upzoo_eval_generates_under_the_recipes_precision(gan_run, monkeypatch):
+    """Training evaluated its generator under train.amp; `upzoo eval` does the same, not float32."""
+    from upzoo.eval import evaluate_generator
+    from upzoo.train.gan_evaluation import GanEvaluator
+
+    seen = []
+    original = GanEvaluator.generate
+
+    def generate(self, generator, device, autocast):
+        with autocast():
+            seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)
+        return original(self, generator, device, autocast)
+
+    monkeypatch.setattr(GanEvaluator, "generate", generate)
+    raw = yaml_of(gan_run / "recipe.yaml") | {"eval": {"gan_images": 16, "features": None}}
+    for amp in ("bf16", "none"):
+        recipe = parse_recipe(raw | {"train": {**raw["train"], "amp": amp}})
+        evaluate_generator(recipe, gan_run / "last.pt")
+    assert seen == [True, False]

@@ -3,13 +3,14 @@ data, or a generator's images against held-out real images."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 from upzoo.errors import ConfigError
 from upzoo.recipe import Recipe
 from upzoo.runs.trained_model import load_model
-from upzoo.runtime import resolve_device
+from upzoo.runtime import autocast, resolve_device
 from upzoo.train.evaluate import evaluate_segmentation
 from upzoo.windows import window_patch
 
@@ -70,7 +71,8 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
 def evaluate_generator(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]:
     """The generative metrics (:mod:`upzoo.metrics.generative`) of ``eval.gan_images`` images of the
     checkpoint's generator against as many held-out real images of ``recipe``'s data (its validation
-    split, else its training images); KID/FD with ``eval.features``.
+    split, else its training images); KID/FD with ``eval.features``. The images are generated under
+    the recipe's ``train.amp``, as the evaluations during training were.
 
     Raises:
         DataError: a missing or corrupt checkpoint, or data that does not load.
@@ -87,8 +89,7 @@ def evaluate_generator(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]
     evaluator = GanEvaluator(
         real, recipe.eval.gan_images, options["latent_dim"], recipe.train.seed, recipe.eval.features
     )
-    from contextlib import nullcontext
-
-    report = evaluator.real.compare(evaluator.generate(loaded.model, device, nullcontext))
+    precision = functools.partial(autocast, recipe.train.amp, device)  # as training evaluated it
+    report = evaluator.real.compare(evaluator.generate(loaded.model, device, precision))
     return {**report.as_dict(), "images": evaluator.count, "real_images": held_out, "checkpoint": str(checkpoint),
             "step": loaded.step}  # fmt: skip
