@@ -280,3 +280,17 @@ def test_num_classes_is_the_name_and_classes_still_works_for_a_release(builder, 
     assert model.segmentation_head[0].out_channels == 3
     with pytest.raises(ConfigError, match=r"num_classes=3 and classes=4 differ; give num_classes alone"):
         builder("resnet18", num_classes=3, classes=4)
+
+
+@pytest.mark.parametrize("builder", [smp_unet, smp_fpn])
+def test_smp_models_pickle_and_deepcopy(builder):
+    """torch.save(model), copy.deepcopy and multiprocessing pickle the model; its class is made at
+    run time (smp's class with upzoo's input policy), so it rebuilds itself by name."""
+    import copy
+    import pickle
+
+    model = builder("resnet18", num_classes=2).eval()
+    x = torch.randn(1, 3, 40, 56)  # not a multiple of 32: the padding policy is part of what must survive
+    for clone in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+        assert type(clone) is type(model) and clone.input_policy == "pad"
+        torch.testing.assert_close(clone(x), model(x), rtol=0, atol=0)  # the same weights, the same ops

@@ -144,8 +144,19 @@ def padded_smp_class(name: str) -> type[nn.Module]:
                 )
             return crop_start(super().forward(pad_end(x, padding)), spatial)
 
+        def __reduce_ex__(self, protocol: int):
+            """Picklable (``torch.save(model)``, ``copy.deepcopy``, DataLoader/multiprocessing): the
+            class is made here, so pickle rebuilds it by name rather than looking it up."""
+            return _new_padded, (name,), self.__dict__
+
     Padded.__name__ = Padded.__qualname__ = name
     return Padded
+
+
+def _new_padded(name: str) -> nn.Module:
+    """An empty instance of :func:`padded_smp_class` ``(name)`` for pickle to fill with its state."""
+    cls = padded_smp_class(name)
+    return cls.__new__(cls)
 
 
 def smp_num_classes(num_classes: Any, classes: Any, owner: str) -> Any:
