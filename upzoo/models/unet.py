@@ -330,9 +330,10 @@ class UNet(nn.Module):
             return [rule.padding(s) for s, rule in zip(spatial, self.size_rules)]
         return [t - s for s, t in zip(spatial, self.padded_size(spatial))]
 
-    def forward(self, x: torch.Tensor, *, aux: bool | None = None) -> torch.Tensor | list[torch.Tensor]:
+    def forward(self, x: torch.Tensor, aux: bool | None = None) -> torch.Tensor | list[torch.Tensor]:
         """``(B, in_channels, *S) -> (B, num_classes, *S)`` logits; with ``aux=True`` (deep
-        supervision) ``[main, aux_1, ...]``.
+        supervision) ``[main, aux_1, ...]``. (``aux`` is positional too: tracers that pass every
+        default positionally then reach the model's own checks.)
 
         Raises:
             ShapeError: an input of other dims or channels, or a size ``input_policy="strict"`` refuses.
