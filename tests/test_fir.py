@@ -78,7 +78,7 @@ def test_fir_with_a_convolution_is_filter_then_conv():
         ({"taps": [1, float("nan"), 1]}, "fir taps must be a non-empty list of finite numbers"),
         ({"taps": [1, float("inf")]}, "fir taps must be a non-empty list of finite numbers"),
         ({"taps": "1331"}, "got '1331'"),
-        ({"taps": [1, True]}, r"fir.taps: expected a list of number, got \[1, True\]"),
+        ({"taps": [1, True]}, r"fir.taps: expected a list of number or null, got \[1, True\]"),
         (
             {"taps": [1, -2, 1]},
             r"fir taps must not sum to zero \(a low-pass filter keeps the mean\), got \[1.0, -2.0, 1.0\]",
@@ -98,7 +98,7 @@ def test_bad_fir_options_are_one_line_config_errors(options, message):
 
 def test_a_scale_the_taps_cannot_serve_is_refused():
     with pytest.raises(ConfigError, match="4 taps cannot fill the 4 zeros inserted per sample at scale 5"):
-        create_upsampler("fir", spatial_dims=2, in_channels=3, out_channels=3, scale=(2, 5))
+        create_upsampler("fir", spatial_dims=2, in_channels=3, out_channels=3, scale=(2, 5), taps=[1, 3, 3, 1])
 
 
 @pytest.mark.slow
@@ -117,3 +117,14 @@ def test_fir_exports_with_dynamic_sizes_to_torch_export_and_onnxruntime(taps, tm
         torch.onnx.export(block, (x,), str(path), input_names=["x"], dynamic_shapes=dynamic, dynamo=True)
         (got,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": other.numpy()})
         np.testing.assert_allclose(got, block(other).numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [2, 3, 8, (1, 8)])
+def test_the_default_taps_serve_any_scale_and_keep_a_constant(scale):
+    """Decoders upsample by 8 at some points: the default taps grow with the scale ([1, 3, 3, 1] at 2)."""
+    block = create_upsampler("fir", spatial_dims=2, in_channels=1, out_channels=1, scale=scale, kernel_size=None)
+    y = block(torch.ones(1, 1, 6, 6))
+    s = (scale, scale) if isinstance(scale, int) else scale
+    assert y.shape == (1, 1, 6 * s[0], 6 * s[1]) and len(block.taps) == 3 * max(s) - 2
+    interior = y[..., 2 * s[0] : -2 * s[0] or None, 2 * s[1] : -2 * s[1]]
+    torch.testing.assert_close(interior, torch.ones_like(interior))

@@ -17,7 +17,7 @@ from upzoo.layers import conv_nd
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
 
-__all__ = ["FirUpsampler", "fir_upsample", "fir_padding"]
+__all__ = ["FirUpsampler", "fir_upsample", "fir_padding", "default_taps"]
 
 
 def fir_padding(taps: int, scale: int) -> tuple[int, int]:
@@ -56,6 +56,19 @@ def fir_upsample(x: torch.Tensor, taps: torch.Tensor, scale: Sequence[int]) -> t
     return y
 
 
+def default_taps(scale: int) -> list[float]:
+    """A box of ``scale`` samples convolved with itself twice (``3 * scale - 2`` taps): StyleGAN2's
+    ``[1, 3, 3, 1]`` at scale 2, and the same construction at any scale.
+
+    >>> default_taps(2), len(default_taps(8))
+    ([1.0, 3.0, 3.0, 1.0], 22)
+    """
+    taps = [1.0]
+    for _ in range(3):
+        taps = [sum(taps[i - j] for j in range(scale) if 0 <= i - j < len(taps)) for i in range(len(taps) + scale - 1)]
+    return taps
+
+
 def _checked_taps(taps: object, scale: Sequence[int]) -> torch.Tensor:
     """The taps as a float64 tensor normalised to sum 1.
 
@@ -91,7 +104,8 @@ class FirUpsampler(Upsampler):
 
     Args:
         taps: the 1D filter taps, applied along every upsampled axis (separable); at least as many
-            as the largest scale.
+            as the largest scale. Default: :func:`default_taps` of the largest scale (``[1, 3, 3, 1]``
+            at 2, StyleGAN2's).
         kernel_size: odd kernel of the convolution after the filter; ``None`` for none (then
             ``out_channels`` must equal ``in_channels``).
         bias: the convolution's bias.
@@ -108,11 +122,12 @@ class FirUpsampler(Upsampler):
         in_channels: int,
         out_channels: int,
         scale: int | Sequence[int],
-        taps: Sequence[float] = (1.0, 3.0, 3.0, 1.0),
+        taps: Sequence[float] | None = None,
         kernel_size: int | None = 3,
         bias: bool = True,
     ) -> None:
         super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
+        taps = default_taps(max(self.scale)) if taps is None else taps
         self.register_buffer("taps", _checked_taps(taps, self.scale).float(), persistent=False)
         if kernel_size is None:
             if self.out_channels != self.in_channels:

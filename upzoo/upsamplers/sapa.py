@@ -111,7 +111,10 @@ class SapaUpsampler(Upsampler):
         the queries, tile by tile at their source points, times the key neighbourhoods (keys
         zero-padded, so a neighbour outside has similarity 0: border "zeros"); see
         :mod:`upzoo.upsamplers.local_similarity`."""
-        tile = tile_for(self.spatial_dims)
+        # Tiles are the eager speed path; a traced graph (compile, export, ONNX) takes tiles of one
+        # point, where the window is the neighbourhood itself: the same sums, and sizes that stay
+        # expressions of the input's at any scale.
+        tile = 1 if torch.compiler.is_compiling() else tile_for(self.spatial_dims)
         queries, k = tiled_queries(guide, self.scale, tile), self.norm_x(x.movedim(1, -1))
         if self.query is None:
             similarity = local_similarity(self.norm_guide(queries), k, self.kernel_size, tile)  # (B, *S, r, k^n)
