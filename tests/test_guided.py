@@ -223,7 +223,8 @@ def _direct_similarity(guide: torch.Tensor, keys: torch.Tensor, scale, k: int) -
 @pytest.mark.parametrize(
     "spatial, scale, k, tile",
     [((5, 7), (2, 2), 5, 4), ((4, 4), (2, 3), 3, 4), ((3, 9), (2, 2), 7, 4), ((1, 2), (2, 2), 5, 4),
-     ((6, 5), (1, 2), 1, 2), ((3, 5, 4), (1, 2, 2), 3, 2), ((2, 3, 3), (2, 2, 2), 5, 2), ((5,), (3,), 3, 4)],
+     ((6, 5), (1, 2), 1, 2), ((3, 5, 4), (1, 2, 2), 3, 2), ((2, 3, 3), (2, 2, 2), 5, 2), ((5,), (3,), 3, 4),
+     ((4, 5), (2, 3), 5, 1), ((2, 3, 3), (1, 2, 2), 3, 1)],  # tile 1: the traced graphs' path
 )  # fmt: skip
 def test_tiled_local_similarity_equals_its_definition(spatial, scale, k, tile):
     """Any size (whole tiles or not, smaller than a tile), kernel and tile: SAPA's tiled similarity

@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from numbers import Real
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -33,9 +34,9 @@ def fir_padding(taps: int, scale: int) -> tuple[int, int]:
 def fir_upsample(x: torch.Tensor, taps: torch.Tensor, scale: Sequence[int]) -> torch.Tensor:
     """``(B, C, *S) -> (B, C, *S * scale)``: along every axis whose scale ``s > 1``, ``s - 1`` zeros
     after each sample, the padding of :func:`fir_padding`, and a convolution with ``taps * s``
-    (computed as one depthwise transposed convolution, the same sums)
     (``taps`` normalised to sum 1, so a constant stays constant: gain ``s`` per axis, ``prod(scale)``
-    in all). Axes of scale 1 are left as they are (no blur across slices of an anisotropic volume).
+    in all), computed as one depthwise transposed convolution (the same sums). Axes of scale 1 are
+    left as they are (no blur across slices of an anisotropic volume).
 
     >>> y = fir_upsample(torch.ones(1, 1, 3, 3), torch.tensor([1.0, 3.0, 3.0, 1.0]) / 8, (2, 2))
     >>> y.shape, bool(torch.allclose(y[..., 1:-1, 1:-1], torch.ones(1, 1, 4, 4)))
@@ -63,10 +64,8 @@ def default_taps(scale: int) -> list[float]:
     >>> default_taps(2), len(default_taps(8))
     ([1.0, 3.0, 3.0, 1.0], 22)
     """
-    taps = [1.0]
-    for _ in range(3):
-        taps = [sum(taps[i - j] for j in range(scale) if 0 <= i - j < len(taps)) for i in range(len(taps) + scale - 1)]
-    return taps
+    box = np.ones(scale)
+    return np.convolve(np.convolve(box, box), box).tolist()
 
 
 def _checked_taps(taps: object, scale: Sequence[int]) -> torch.Tensor:
@@ -98,7 +97,7 @@ class FirUpsampler(Upsampler):
     With the convolution it can stand where a transposed convolution or a resize-conv stood.
 
     ``(B, C_in, *S) -> (B, C_out, *S * scale)``. The filter is StyleGAN2's ``upsample2d``
-    (``[1, 3, 3, 1]`` by default, normalised, gain ``scale`` per axis), aligned so the output is
+    (``[1, 3, 3, 1]`` at scale 2, normalised, gain ``scale`` per axis), aligned so the output is
     exactly ``scale`` times the input (:func:`fir_padding`); axes of scale 1 are not filtered. The
     taps are a fixed, non-persistent buffer; the convolution is the only learned part.
 
