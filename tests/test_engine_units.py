@@ -133,7 +133,7 @@ def test_gradient_clipping_limits_the_update(tmp_path):
     """With SGD at lr 1 and no momentum, the update is the clipped gradient: its norm is the limit."""
     from upzoo.prepare import prepare
     from upzoo.train.engine import Trainer
-    from upzoo.train.tasks import make_task
+    from upzoo.train.task_factory import make_task
 
     train = {
         "optimizer": "sgd",

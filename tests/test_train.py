@@ -62,6 +62,12 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 
 def shrink(path: Path, cache: str) -> list[str]:
+    if path.name.startswith("sr_"):  # package photographs: two steps on one, evaluated on a small one
+        return ["--set", "train.max_steps=2", "--set", "data.num_workers=0", "--set", "data.batch_size=2",
+                "--set", "data.patches_per_image=1", "--set", "data.package_train=[chelsea]",
+                "--set", "data.package_val=[coffee]", "--set", "model.channels=" +
+                ("[8,8]" if "espcn" in path.name else "8"), "--set", "data.crop_size=[48,48]"] + (
+            [] if "espcn" in path.name else ["--set", "model.num_blocks=1"])  # fmt: skip
     return [
         "--set",
         "train.max_steps=2",
@@ -93,6 +99,7 @@ def _recipe_cases():
         "dcgan_": "dcgan_transposed",
         "scenes_": "scenes_fpn",
         "cityscapes_": "cityscapes_unet_transposed",
+        "sr_": "sr_espcn_x2",
     }
     for path in RECIPES:
         same_model = any(path.stem.startswith(k) and path.stem != v for k, v in defaults.items())
@@ -103,7 +110,8 @@ def _recipe_cases():
 def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     loaded = load_recipe(recipe)
     assert loaded.model.architecture in ("unet", "dcgan", "smp_fpn", "smp_upernet", "smp_segformer",
-                                         "smp_deeplabv3plus") and loaded.data.root is None  # fmt: skip
+                                         "smp_deeplabv3plus", "espcn", "edsr", "rrdbnet")  # fmt: skip
+    assert loaded.data.root is None
     overrides = [value for value in shrink(recipe, cache) if value != "--set"]
     summary = train(load_recipe(recipe, overrides), tmp_path / "run", progress=False)  # in-process: no start-up
     assert summary["steps"] == 2
@@ -112,6 +120,9 @@ def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     assert (run / "curves.png").is_file()
     if loaded.task == "gan":
         assert list(run.glob("samples_*.png")) and summary["checkerboard"] >= 0
+    elif loaded.task == "super_resolution":
+        assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
+        assert summary["val"]["per_image"][0]["image"] == "coffee" and summary["val"]["bicubic_psnr_y"] > 20
     else:
         assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
         assert 0 <= summary["val"]["miou"] <= 1
@@ -430,7 +441,7 @@ def test_mixed_precision_channels_last_dice_and_every_schedule(cache, tmp_path):
     schedule trains with channels_last, Dice and clipping."""
     from upzoo.prepare import prepare
     from upzoo.train.engine import Trainer
-    from upzoo.train.tasks import make_task
+    from upzoo.train.task_factory import make_task
 
     first_losses, dtypes = {}, {}
     for amp in ("none", "bf16"):

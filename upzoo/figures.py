@@ -136,3 +136,19 @@ def spectrum_plot(real: np.ndarray, generated: dict[str, np.ndarray], path: str 
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def super_resolution_grid(examples: Sequence[tuple[torch.Tensor, ...]], path: str | Path, side: int = 128) -> None:
+    """One row per example of (low-resolution input, nearest-upscaled; bicubic; the network; the
+    high-resolution image), each the central ``side``-pixel square of the output, as one PNG."""
+    from torchvision.utils import save_image
+
+    tiles = []
+    for low, bicubic, output, target in examples:
+        scale = target.shape[-1] // low.shape[-1]
+        low = low.repeat_interleave(scale, -2).repeat_interleave(scale, -1)
+        size = min(side, *target.shape[-2:])
+        top, left = (target.shape[-2] - size) // 2, (target.shape[-1] - size) // 2
+        for image in (low, bicubic, output, target):
+            tiles.append(image[..., top : top + size, left : left + size].float().clamp(0, 1).expand(3, -1, -1))
+    save_image(torch.stack(tiles), str(path), nrow=4, padding=2)

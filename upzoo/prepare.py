@@ -104,6 +104,11 @@ def prepare(recipe: Recipe) -> Prepared:
                 f"model.out_channels is {options['out_channels']} but the images have {channels} channels"
             )
         return Prepared(recipe, recipe.model, bundle, None, None, None, None)
+    if recipe.task == "super_resolution":
+        bundle = build_datasets(
+            recipe.data, task="super_resolution", scale=options["scale"], in_channels=options.get("in_channels", 3)
+        )
+        return Prepared(recipe, recipe.model, bundle, None, None, None, None)
     key = "classes" if "classes" in options else "num_classes"  # classes: smp's name, deprecated
     bundle = build_datasets(
         recipe.data, task="segmentation", num_classes=options.get(key), in_channels=options.get("in_channels")

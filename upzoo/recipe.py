@@ -30,7 +30,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Recipe:
-    """A validated recipe. ``task`` is ``gan`` for a ``dcgan`` model, else ``segmentation``."""
+    """A validated recipe. ``task`` is ``gan`` for a ``dcgan`` model, ``super_resolution`` for
+    ``espcn``, ``edsr`` and ``rrdbnet``, else ``segmentation``."""
 
     model: ModelSpec
     data: DataConfig = field(default_factory=DataConfig)
@@ -39,7 +40,11 @@ class Recipe:
     source: str | None = None
 
     @property
-    def task(self) -> Literal["segmentation", "gan"]:
+    def task(self) -> Literal["segmentation", "gan", "super_resolution"]:
+        from upzoo.models.factory import SUPER_RESOLUTION
+
+        if self.model.architecture in SUPER_RESOLUTION:
+            return "super_resolution"
         return "gan" if self.model.architecture == "dcgan" else "segmentation"
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,7 +155,12 @@ def check_model_builds(spec: ModelSpec) -> None:
 
 
 def _check_model_fits_data(recipe: Recipe) -> None:
-    """A 3D model trains on volumes, a 2D one on images."""
+    """A 3D model trains on volumes, a 2D one on images; the adversarial term is super-resolution's."""
+    if recipe.train.adversarial_weight > 0 and recipe.task != "super_resolution":
+        raise ConfigError(
+            f"train.adversarial_weight is for super-resolution recipes (espcn, edsr, rrdbnet), not {recipe.task}; "
+            f"remove it"
+        )
     if recipe.task != "segmentation":
         return
     dims, kind = recipe.model.options.get("spatial_dims", 2), recipe.data.kind

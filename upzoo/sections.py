@@ -66,7 +66,11 @@ class DataConfig(_Section):
     """Where the data comes from and how it is batched and augmented.
 
     ``kind``: ``cityscapes`` (Cityscapes layout), ``volumes`` (NIfTI/.npy folders or a decathlon
-    ``dataset.json``) or ``images`` (any folder of images, for GANs). ``root: null`` uses the
+    ``dataset.json``), ``images`` (any folder of images, for GANs and super-resolution) or
+    ``package_images`` (super-resolution: photographs shipped in installed packages, by name;
+    ``package_train``/``package_val`` name them, default the split of
+    :mod:`upzoo.data.package_images`). Super-resolution trains on ``patches_per_image`` random
+    high-resolution crops of ``crop_size`` per image and epoch. ``root: null`` uses the
     embedded synthetic set of that kind, generated once into ``cache_dir`` (default
     ``$UPZOO_CACHE`` or ``~/.cache/upzoo``); ``synthetic_size`` defaults to 256x512 images or
     24x96x96 volumes. ``normalize`` defaults to ``imagenet`` for images and ``zscore`` for volumes.
@@ -76,7 +80,7 @@ class DataConfig(_Section):
     trains at each file's own spacing. Resampled cases are cached, so it is done once.
     """
 
-    kind: Literal["cityscapes", "volumes", "images"] = "cityscapes"
+    kind: Literal["cityscapes", "volumes", "images", "package_images"] = "cityscapes"
     root: str | None = None
     cache_dir: str | None = None
     train_split: Annotated[str, Field(min_length=1)] = "train"
@@ -94,6 +98,9 @@ class DataConfig(_Section):
     ct_window: tuple[Finite, Finite] = (-1000.0, 1000.0)
     foreground_ratio: _float(ge=0, le=1) = 0.33
     allow_outside_root: Flag = False
+    package_train: Annotated[tuple[Annotated[str, Field(min_length=1)], ...], Field(min_length=1)] | None = None
+    package_val: Annotated[tuple[Annotated[str, Field(min_length=1)], ...], Field(min_length=1)] | None = None
+    patches_per_image: PositiveInt = 32
     batch_size: PositiveInt = 4
     num_workers: NonNegativeInt = 2
 
@@ -130,6 +137,11 @@ class DataConfig(_Section):
             raise ValueError("resize: applies to 2D images, not volumes")
         if self.target_spacing is not None and self.kind != "volumes":
             raise ValueError("target_spacing: applies to volumes (data.kind: volumes), not 2D images")
+        if self.kind == "package_images" and self.root is not None:
+            raise ValueError("root: package_images are found by name in the installed packages; remove root")
+        for key in ("package_train", "package_val"):
+            if getattr(self, key) is not None and self.kind != "package_images":
+                raise ValueError(f"{key}: names package photographs, for data.kind: package_images, not {self.kind!r}")
         if self.ct_window[0] >= self.ct_window[1]:
             raise ValueError(f"ct_window: needs low < high, got {list(self.ct_window)}")
         return self
@@ -144,7 +156,8 @@ class TrainConfig(_Section):
     pixel share ``p_c`` in the training data (ENet's weighting: rare classes count more); ``amp`` is
     bfloat16 or float16 autocast (float16 with a gradient scaler); ``loggers`` adds TensorBoard to the
     CSV file; GANs use ``discriminator_base_channels`` and ``discriminator_norm`` (``batch``: DCGAN's
-    BatchNorm; ``spectral``: spectral normalisation, a stabiliser).
+    BatchNorm; ``spectral``: spectral normalisation, a stabiliser); super-resolution adds
+    ``adversarial_weight`` times a GAN loss to its L1 loss (0: none; SRGAN/ESRGAN use 1e-3 to 5e-3).
     """
 
     epochs: PositiveInt = 10
@@ -169,6 +182,7 @@ class TrainConfig(_Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     discriminator_base_channels: PositiveInt = 64
     discriminator_norm: Literal["batch", "spectral"] = "batch"
+    adversarial_weight: _float(ge=0) = 0.0
     sample_every: PositiveInt | None = None
     loggers: tuple[Literal["csv", "tensorboard"], ...] = ("csv",)
 

@@ -25,6 +25,7 @@ __all__ = ["collect_comparison", "cell_outcome", "quality_of", "cells_machines",
 QUALITY_2D = ("miou", "boundary_iou", "boundary_fscore", "thin_iou")
 QUALITY_3D = ("mean_dice", "hd95", "surface_dice", "miou")
 #: those a generator run has (KID and FD only with features)
+QUALITY_SR = ("psnr_y", "ssim_y", "psnr_rgb", "spectral_error", "checkerboard")
 QUALITY_GAN = ("swd", "spectral_error", "spectral_error_corners", "spectral_decay", "kid", "fd", "checkerboard")
 
 #: the Cityscapes classes that are thin or small: where upsamplers differ (their mean IoU is reported)
@@ -119,8 +120,12 @@ def collect_comparison(
         DataError: no readable plan in ``out``.
     """
     plan = read_plan(out)
-    gan = plan.recipe["model"].get("architecture") == "dcgan"
+    from upzoo.models.factory import SUPER_RESOLUTION
+
+    architecture = plan.recipe["model"].get("architecture")
+    gan = architecture == "dcgan"
     keys = QUALITY_GAN if gan else QUALITY_3D if plan.recipe["data"]["kind"] == "volumes" else QUALITY_2D
+    keys = QUALITY_SR if architecture in SUPER_RESOLUTION else keys
     finished: dict[str, dict[int, dict]] = {label: {} for label in plan.variants}
     spectra: dict[str, list] = {label: [] for label in plan.variants}  # generators: for compare_spectra.png
     ran_on: dict[str, list[dict]] = {label: [] for label in plan.variants}  # machine, determinism, time

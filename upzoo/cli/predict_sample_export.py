@@ -65,6 +65,9 @@ def _check_inputs_exist(inputs: tuple[str, ...]) -> None:
 )
 @click.option("--onnx", "onnx_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="onnxruntime: this export of the run [default: export it now].")  # fmt: skip
+@click.option("--tile", type=click.IntRange(min=1), default=None,
+              help="Super-resolution: upscale in overlapping tiles of this many input pixels "
+              "(the same result as whole).")  # fmt: skip
 @click.option("--no-resample", is_flag=True,
               help="Volumes: run at their own voxel grid instead of resampling to the training spacing.")  # fmt: skip
 @click.option("--device", default="auto", help="cpu, cuda or auto.")
@@ -73,10 +76,11 @@ def _check_inputs_exist(inputs: tuple[str, ...]) -> None:
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabilities, batch_size, workers, amp,
-                    backend, onnx_path, no_resample, device, keep_going, overwrite, no_progress,
+                    backend, onnx_path, tile, no_resample, device, keep_going, overwrite, no_progress,
                     as_json) -> None:  # fmt: skip
     """Segment INPUT... (images, NIfTI volumes, folders, globs or a decathlon dataset.json) with the
-    model of a segmentation run (its best.pt, else last.pt) or a checkpoint.
+    model of a segmentation run (its best.pt, else last.pt) or a checkpoint; or upscale images with
+    a super-resolution run: NAME.png at the input's bit depth (8 or 16), whole or with --tile.
 
     2D: writes NAME.png (train ids, uint8), color/NAME.png (the dataset's palette) and with --overlay
     overlay/NAME.png. 3D: each volume is resampled to the training spacing, predicted, and its
@@ -90,6 +94,14 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     _check_inputs_exist(inputs)
     device = _device(device if backend != "onnxruntime" or device != "auto" else "cpu")
     loaded = load_model(run, device=device)
+    if loaded.task == "super_resolution":
+        given = {"--tta": tta != "none", "--scales": scales != "1", "--window": window != "auto", "--overlay": overlay,
+                 "--probabilities": probabilities, "--backend": backend != "eager", "--onnx": onnx_path,
+                 "--no-resample": no_resample}  # fmt: skip
+        _upscale(loaded, inputs, out_dir, tile, device, amp, overwrite, keep_going, no_progress, as_json, given)
+        return
+    if tile is not None:
+        raise UsageError("--tile is for super-resolution runs; a segmentation run slides its window (--window)")
     if probabilities == "nifti" and not loaded.volumes:
         raise UsageError("--probabilities nifti is for volumes; use --probabilities npz for images")
     predictor = Predictor(
@@ -114,6 +126,26 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
         click.echo(
             f"wrote {summary['written']} predictions to {out_dir} in {summary['seconds']:.1f} s ({summary['csv']})"
         )
+    for _, message in summary["failed"]:
+        click.echo(f"skipped: {message}", err=True)
+    if summary["failed"]:
+        raise UpzooError(f"{len(summary['failed'])} of {len(summary['failed']) + summary['written']} inputs failed")
+
+
+def _upscale(loaded, inputs, out_dir, tile, device, amp, overwrite, keep_going, no_progress, as_json, given) -> None:
+    """``upzoo predict`` on a super-resolution run."""
+    from upzoo.inference.upscale_files import upscale_files
+
+    for option, used in given.items():
+        if used:
+            raise UsageError(f"{option} is for segmentation runs; {loaded.checkpoint} is a super-resolution run")
+    summary = upscale_files(loaded, inputs, Path(out_dir), tile=tile, device=device, amp=amp, overwrite=overwrite,
+                            keep_going=keep_going, progress=not no_progress)  # fmt: skip
+    if as_json:
+        click.echo(to_json(summary))
+    else:
+        how = f"in tiles of {summary['tile']} (halo {summary['halo']})" if summary["tile"] else "whole"
+        click.echo(f"upscaled {summary['written']} images {how} into {out_dir} in {summary['seconds']:.1f} s")
     for _, message in summary["failed"]:
         click.echo(f"skipped: {message}", err=True)
     if summary["failed"]:

@@ -70,7 +70,7 @@ def train_command(
     no_progress: bool,
     as_json: bool,
 ) -> None:
-    """Train RECIPE (segmentation or GAN) into a run folder, or --resume one.
+    """Train RECIPE (segmentation, GAN or super-resolution) into a run folder, or --resume one.
 
     The run folder holds recipe.yaml (resolved), metrics.csv, last.pt (and best.pt for
     segmentation), PNG curves, prediction grids or GAN samples, and summary.json. Ctrl-C stops after
@@ -140,6 +140,29 @@ def _kid_text(result: dict) -> str:
     )
 
 
+def _upscaler_table(result: dict) -> str:
+    """Per image and mean: the network's PSNR/SSIM (Y) beside bicubic interpolation's."""
+    from upzoo.tables import render_table
+
+    columns = {"psnr_y": "PSNR Y", "ssim_y": "SSIM Y", "psnr_rgb": "PSNR RGB", "spectral_error": "spectral err",
+               "checkerboard": "checkerboard"}  # fmt: skip
+    rows = [
+        {
+            "image": r["image"],
+            **{t: r[k] for k, t in columns.items()},
+            "bicubic PSNR Y": r["bicubic_psnr_y"],
+            "bicubic SSIM Y": r["bicubic_ssim_y"],
+        }
+        for r in result["per_image"]
+    ]
+    rows.append({"image": "mean", **{t: result[k] for k, t in columns.items()},
+                 "bicubic PSNR Y": result["bicubic_psnr_y"], "bicubic SSIM Y": result["bicubic_ssim_y"]})  # fmt: skip
+    table = render_table(rows, list(rows[0]))
+    scale = result["scale"]
+    return (f"{table}\n\nx{scale}: PSNR/SSIM on Y (BT.601) with {scale} border pixels cropped, on 8-bit outputs; "
+            f"{result['images']} images")  # fmt: skip
+
+
 def _generative_line(result: dict) -> str:
     """A generator's metrics on one line (what is there: SWD needs 16x16 images, KID/FD features)."""
     parts = [f"SWD {result['swd']:.2f}" if "swd" in result else "",
@@ -167,7 +190,10 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
     RECIPE. Segmentation, on the validation split: per-class IoU and Dice, with Boundary IoU and the
     boundary F-score (2D, 2 px) or HD95 and surface Dice (3D, 2 mm); their means and the pixel accuracy.
     GANs: eval.gan_images generated images against as many held-out real ones: SWD, spectral error,
-    checkerboard, and with --set eval.features=RUN_OR_INCEPTION_WEIGHTS KID and the Fréchet distance."""
+    checkerboard, and with --set eval.features=RUN_OR_INCEPTION_WEIGHTS KID and the Fréchet distance.
+    Super-resolution: every held-out image whole, PSNR/SSIM on Y (border of scale pixels cropped),
+    RGB PSNR, spectral error and checkerboard beside bicubic's, per image and the mean (e.g. --set
+    data.kind=package_images for the photographs that ship with installed packages)."""
     from upzoo.eval import evaluate_checkpoint
     from upzoo.recipe import load_recipe
     from upzoo.runs.trained_model import find_checkpoint
@@ -184,6 +210,9 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
     result = evaluate_checkpoint(recipe, checkpoint)
     if recipe.task == "gan":
         click.echo(to_json(result) if as_json else _generative_line(result))
+        return
+    if recipe.task == "super_resolution":
+        click.echo(to_json(result) if as_json else _upscaler_table(result))
         return
     if as_json:
         names = result["class_names"]

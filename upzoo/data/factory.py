@@ -10,7 +10,7 @@ from torch.utils.data import Dataset
 
 from upzoo.errors import ConfigError
 
-__all__ = ["DataBundle", "build_datasets", "target_spacing"]
+__all__ = ["DataBundle", "build_datasets", "target_spacing", "street_scenes"]
 
 IMAGE_SIZE = (256, 512)  # default size of the synthetic street scenes
 IMAGE_NORMALIZATIONS = ("imagenet", "minmax")  # minmax: pixel values scaled to [0, 1]
@@ -38,6 +38,7 @@ def build_datasets(
     resolution: int | None = None,
     num_classes: int | None = None,
     in_channels: int | None = None,
+    scale: int | None = None,
 ) -> DataBundle:
     """Datasets for ``data`` (a :class:`~upzoo.recipe.DataConfig`).
 
@@ -46,6 +47,10 @@ def build_datasets(
     """
     if task == "gan":
         return _gan_images(data, int(resolution))
+    if task == "super_resolution":
+        return _super_resolution(data, int(scale), in_channels or 3)
+    if data.kind == "package_images":
+        raise ConfigError("data.kind 'package_images' is for super-resolution recipes (espcn, edsr, rrdbnet)")
     if data.kind == "cityscapes":
         return _cityscapes(data)
     if data.kind == "volumes":
@@ -53,7 +58,7 @@ def build_datasets(
     raise ConfigError(f"data.kind {data.kind!r} does not fit a segmentation recipe; use 'cityscapes' or 'volumes'")
 
 
-def _street_scenes(data: Any) -> Path:
+def street_scenes(data: Any) -> Path:
     """The embedded Cityscapes-style scenes for ``data`` (generated once)."""
     from upzoo.data.synthetic import ensure_synthetic_cityscapes
 
@@ -94,12 +99,37 @@ def _gan_images(data: Any, resolution: int) -> DataBundle:
     return DataBundle(train=train, val=val, root=root)
 
 
+SR_CROP = 96  # the default high-resolution training crop: a multiple of 2, 3 and 4
+
+
+def _super_resolution(data: Any, scale: int, channels: int) -> DataBundle:
+    """Random high-resolution crops and their bicubic downscales; held-out whole images."""
+    from upzoo.data.super_resolution import SuperResolutionImages, SuperResolutionPatches, image_sources
+
+    crop = tuple(data.crop_size or (SR_CROP, SR_CROP))
+    if any(c % scale for c in crop):
+        raise ConfigError(f"data.crop_size {list(crop)} is not a multiple of the model's scale {scale}; e.g. use "
+                          f"{[c - c % scale for c in crop]}")  # fmt: skip
+    if min(crop) < 4 * scale:
+        raise ConfigError(f"data.crop_size {list(crop)} is too small for x{scale}: at least {4 * scale} a side")
+    if data.normalize not in (None, "minmax"):
+        raise ConfigError(f"data.normalize {data.normalize!r}: super-resolution takes pixels in [0, 1] (minmax)")
+    scenes = street_scenes(data) if data.kind == "cityscapes" and data.root is None else None
+    train_files, val_files, names = image_sources(data, scenes)
+    train = SuperResolutionPatches(
+        train_files, scale, channels, crop, patches_per_image=data.patches_per_image, augment=data.augment
+    )
+    val = SuperResolutionImages(val_files, scale, channels, names)
+    root = Path(data.root) if data.root is not None else val_files[0].parent
+    return DataBundle(train, val, root)
+
+
 def _cityscapes(data: Any) -> DataBundle:
     from upzoo.data import transforms as T
     from upzoo.data.cityscapes import CLASS_NAMES, IGNORE_INDEX, CityscapesDataset
 
     normalize = _normalization(data.normalize, IMAGE_NORMALIZATIONS, "images")
-    root = Path(data.root) if data.root is not None else _street_scenes(data)
+    root = Path(data.root) if data.root is not None else street_scenes(data)
     train_transform = T.segmentation_2d(
         data.crop_size, train=True, normalize=normalize, augment=data.augment, resize=data.resize
     )

@@ -1,7 +1,10 @@
 """Using a trained model: ``load_model``, the ``Predictor`` for images and volumes (pad policy or
-sliding window, TTA, multi-scale), ``predict_files`` for folders, generator samples and export."""
+sliding window, TTA, multi-scale), ``predict_files`` for folders, generator samples and export;
+super-resolution: ``upscale`` (whole or in tiles equal to whole), ``receptive_radius``, ``upscale_files``."""
 
 from upzoo.inference.predictor import Prediction, Predictor, Preprocess
+from upzoo.inference.upscale import receptive_radius, upscale
+from upzoo.inference.upscale_files import upscale_files
 from upzoo.runs.trained_model import LoadedModel, find_checkpoint, load_model
 from upzoo.windows import gaussian_importance, sliding_window_inference
 
@@ -14,4 +17,7 @@ __all__ = [
     "Preprocess",
     "gaussian_importance",
     "sliding_window_inference",
+    "upscale",
+    "receptive_radius",
+    "upscale_files",
 ]

@@ -51,6 +51,17 @@ def export_contract(loaded: LoadedModel) -> dict[str, str]:
             "output.range": [-1.0, 1.0],
         })  # fmt: skip
         return {k: v if isinstance(v, str) else json.dumps(v) for k, v in contract.items()}
+    if loaded.task == "super_resolution":
+        contract.update({
+            "input.layout": "NCHW",
+            "input.dtype": "float32",
+            "input.channels": options.get("in_channels", 3),
+            "input.preprocessing": "pixels / 255 (uint8) or / 65535 (uint16), RGB; any size",
+            "scale": options["scale"],
+            "output.layout": "NCHW, H and W times scale",
+            "output.range": "[0, 1] after clamping; pixels = round(output * 255)",
+        })  # fmt: skip
+        return {k: v if isinstance(v, str) else json.dumps(v) for k, v in contract.items()}
     dims = options.get("spatial_dims", 2)
     volumes = loaded.volumes
     normalise = loaded.recipe.data.normalize or ("zscore" if volumes else "imagenet")

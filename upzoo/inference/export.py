@@ -49,6 +49,8 @@ def check_sizes(loaded: LoadedModel) -> list[tuple[int, ...]]:
         return [(2, options["latent_dim"]), (1, options["latent_dim"]), (3, options["latent_dim"])]
     dims = options.get("spatial_dims", 2)
     base = tuple(loaded.recipe.data.crop_size or ((32,) * dims if dims == 3 else (64, 64)))
+    if loaded.task == "super_resolution":  # the low-resolution side of the training crop
+        base = tuple(max(s // options["scale"], 8) for s in loaded.recipe.data.crop_size or (96, 96))
     rules = getattr(loaded.model, "size_rules", None)
     if rules is not None:  # on the grid, and no deepest feature of size 1 (a tracer specialises those)
         base = tuple(max(rule.above(s), rule.above(2 * rule.multiple)) for s, rule in zip(base, rules))

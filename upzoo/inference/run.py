@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +23,7 @@ from upzoo.inference.predictor import Prediction, Predictor, Preprocess
 from upzoo.inference.writers import default_palette, write_image_prediction, write_volume_prediction
 from upzoo.runtime import FolderLock, atomic_write, remove_stale_temporaries, terminate_as_interrupt
 
-__all__ = ["PredictOptions", "predict_files"]
+__all__ = ["PredictOptions", "predict_files", "planned_outputs"]
 
 
 @dataclass
@@ -74,17 +74,20 @@ def _as_is(item: Any) -> Any:
     return item
 
 
-def _planned_outputs(named: list[tuple[Path, str]], options: PredictOptions, volumes: bool) -> list[dict[str, Path]]:
-    """Every input's outputs, refused up front (nothing is written then) if an input lies inside
-    ``--out``, two outputs share a path, or (without ``overwrite``) an output is already there."""
-    out = options.out.resolve()
+def planned_outputs(
+    named: list[tuple[Path, str]], out: Path, overwrite: bool, paths_of: Callable[[str], dict[str, Path]]
+) -> list[dict[str, Path]]:
+    """Every input's outputs (``paths_of(name)``), refused up front (nothing is written then) if an
+    input lies inside ``out``, two outputs share a path, or (without ``overwrite``) an output is
+    already there."""
+    resolved = out.resolve()
     for source, _ in named:
-        if source.resolve().is_relative_to(out):
+        if source.resolve().is_relative_to(resolved):
             raise DataError(
-                f"--out {options.out} holds the input {source}; predictions must not be written among their inputs: "
+                f"--out {out} holds the input {source}; predictions must not be written among their inputs: "
                 f"choose another --out"
             )
-    planned = [output_paths(name, options.out, volumes=volumes, **_kinds(options)) for _, name in named]
+    planned = [paths_of(name) for _, name in named]
     seen: dict[Path, Path] = {}
     for (source, _), outputs in zip(named, planned):
         for target in outputs.values():
@@ -94,7 +97,7 @@ def _planned_outputs(named: list[tuple[Path, str]], options: PredictOptions, vol
                     f"separate --out folders (nothing was written)"
                 )
             seen[target] = source
-    if not options.overwrite:
+    if not overwrite:
         existing = [p for outputs in planned for p in outputs.values() if p.exists()]
         if existing:
             raise DataError(
@@ -102,6 +105,15 @@ def _planned_outputs(named: list[tuple[Path, str]], options: PredictOptions, vol
                 f"or choose another --out (nothing was written)"
             )
     return planned
+
+
+def _planned_outputs(named: list[tuple[Path, str]], options: PredictOptions, volumes: bool) -> list[dict[str, Path]]:
+    return planned_outputs(
+        named,
+        options.out,
+        options.overwrite,
+        lambda name: output_paths(name, options.out, volumes=volumes, **_kinds(options)),
+    )
 
 
 def _kinds(options: PredictOptions) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 boundary F-score and DAVIS's boundary F-measure (2D); HD95 and the normalised surface Dice (3D, in
 mm); image checkerboard; and the generative metrics — radial power spectrum, spectral error and
 decay, sliced Wasserstein distance, KID and FD on any feature extractor, and ``RealImages``, which
-holds a real set's statistics for them all. Each comes as a function and, where it streams, a class."""
+holds a real set's statistics for them all; PSNR and SSIM with the super-resolution conventions.
+Each comes as a function and, where it streams, a class."""
 
 from upzoo.metrics.boundary import BoundaryFScore, BoundaryIoU, boundary_fscore, boundary_iou
 from upzoo.metrics.checkerboard import image_checkerboard
@@ -25,6 +26,7 @@ from upzoo.metrics.feature_distance import (
     module_features,
 )
 from upzoo.metrics.generative import GenerativeReport, RealImages
+from upzoo.metrics.image_quality import ImageQuality, psnr, rgb_to_y, ssim
 from upzoo.metrics.spectrum import (
     RadialSpectrum,
     SpectralDecay,
@@ -45,6 +47,10 @@ __all__ = [
     "mean_iou",
     "pixel_accuracy",
     "image_checkerboard",
+    "psnr",
+    "ssim",
+    "rgb_to_y",
+    "ImageQuality",
     "BoundaryIoU",
     "boundary_iou",
     "BoundaryFScore",

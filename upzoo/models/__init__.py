@@ -1,5 +1,6 @@
 """Models with pluggable upsamplers: U-Net (2D/3D); smp's U-Net, FPN, UPerNet, SegFormer and
-DeepLabV3+ with registered blocks at their upsampling points; DCGAN; and the factory."""
+DeepLabV3+ with registered blocks at their upsampling points; DCGAN; the super-resolution networks
+ESPCN, EDSR and RRDBNet; and the factory."""
 
 from upzoo.models.dcgan import DCGAN_TRANSPOSED_OPTIONS, DCGANDiscriminator, DCGANGenerator
 from upzoo.models.encoders import PlainEncoder, SmpEncoder, create_encoder, load_encoder_weights
@@ -7,10 +8,15 @@ from upzoo.models.factory import ModelSpec, build_discriminator, build_model
 from upzoo.models.planning import plan_strides
 from upzoo.models.smp_adapter import smp_unet
 from upzoo.models.smp_decoders import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
+from upzoo.models.super_resolution import EDSR, ESPCN, RRDBNet, SRDiscriminator
 from upzoo.models.unet import UNet
 
 __all__ = [
     "UNet",
+    "ESPCN",
+    "EDSR",
+    "RRDBNet",
+    "SRDiscriminator",
     "DCGANGenerator",
     "DCGANDiscriminator",
     "DCGAN_TRANSPOSED_OPTIONS",

@@ -13,12 +13,18 @@ from upzoo.models.dcgan import DCGANDiscriminator, DCGANGenerator
 from upzoo.models.planning import plan_strides
 from upzoo.models.smp_adapter import smp_unet
 from upzoo.models.smp_decoders import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
+from upzoo.models.super_resolution import EDSR, ESPCN, RRDBNet
 from upzoo.models.unet import UNet
 from upzoo.validation import validate_kwargs
 
-__all__ = ["ModelSpec", "build_model", "build_discriminator", "ARCHITECTURES"]
+__all__ = ["ModelSpec", "build_model", "build_discriminator", "ARCHITECTURES", "SUPER_RESOLUTION"]
 
-Architecture = Literal["unet", "smp_unet", "smp_fpn", "smp_upernet", "smp_segformer", "smp_deeplabv3plus", "dcgan"]
+Architecture = Literal[
+    "unet", "smp_unet", "smp_fpn", "smp_upernet", "smp_segformer", "smp_deeplabv3plus", "dcgan", "espcn", "edsr",
+    "rrdbnet",
+]  # fmt: skip
+#: the architectures of the super-resolution task
+SUPER_RESOLUTION = ("espcn", "edsr", "rrdbnet")
 ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {
     "unet": UNet,
     "smp_unet": smp_unet,
@@ -27,6 +33,9 @@ ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {
     "smp_segformer": smp_segformer,
     "smp_deeplabv3plus": smp_deeplabv3plus,
     "dcgan": DCGANGenerator,
+    "espcn": ESPCN,
+    "edsr": EDSR,
+    "rrdbnet": RRDBNet,
 }
 
 

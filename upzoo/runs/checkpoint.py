@@ -46,6 +46,18 @@ CHECKPOINT_KEYS = {  # what each kind of run writes into its checkpoints
         "recipe",
         "model_spec",
     ),
+    "super_resolution": (
+        "kind",
+        "run_id",
+        "model",
+        "optimizers",
+        "schedulers",
+        "step",
+        "best_metric",
+        "rng",
+        "recipe",
+        "model_spec",
+    ),
 }
 
 
@@ -118,7 +130,7 @@ def load_checkpoint(
     path: str | Path, *, kind: str | None = None, purpose: str = "", map_location: str | torch.device = "cpu"
 ) -> dict[str, Any]:
     """Load and verify a checkpoint written by :func:`save_checkpoint`; with ``kind``
-    (``segmentation`` or ``gan``) also that it is a complete checkpoint of that kind of run.
+    (``segmentation``, ``gan`` or ``super_resolution``) also that it is a complete checkpoint of that kind of run.
 
     Raises:
         DataError: missing, truncated, unreadable or modified file (digest mismatch), a file holding

@@ -103,12 +103,14 @@ def load_model(
     checkpoint = find_checkpoint(path)
     state = load_checkpoint(checkpoint, kind=kind, purpose=purpose)
     kind = state.get("kind")
-    if kind not in ("segmentation", "gan") or "model_spec" not in state or "recipe" not in state:
-        raise DataError(f"{checkpoint} is not a complete checkpoint of an upzoo segmentation or GAN run")
+    if kind not in ("segmentation", "gan", "super_resolution") or "model_spec" not in state or "recipe" not in state:
+        raise DataError(
+            f"{checkpoint} is not a complete checkpoint of an upzoo segmentation, GAN or super-resolution run"
+        )
     recipe = parse_recipe({**state["recipe"], "model": state["model_spec"]}, source=str(checkpoint))
     spec = ModelSpec.from_dict(state["model_spec"])
     model = build_model(spec)
-    weights = state["model"] if kind == "segmentation" else state["generator"]
+    weights = state["generator"] if kind == "gan" else state["model"]
     load_weights(model, weights, checkpoint, saved_spec=state["model_spec"])
     meta = state.get("data_meta") or _meta_from_recipe(recipe)
     palette = np.asarray(meta["palette"], dtype=np.uint8) if meta.get("palette") else None

@@ -376,7 +376,7 @@ def train(
     """
     from upzoo.prepare import prepare
     from upzoo.runs.state import run_state
-    from upzoo.train.tasks import make_task
+    from upzoo.train.task_factory import make_task
 
     prepared = prepare(recipe)
     if resume == "auto":

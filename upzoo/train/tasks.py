@@ -19,7 +19,7 @@ from upzoo.windows import window_patch
 if TYPE_CHECKING:
     from upzoo.prepare import Prepared
 
-__all__ = ["Task", "SegmentationTask", "GanTask", "segmentation_loss", "make_task"]
+__all__ = ["Task", "SegmentationTask", "GanTask", "segmentation_loss"]
 
 
 class Task:
@@ -291,12 +291,3 @@ class GanTask(Task):
 
     def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
         return {"last_loss_g": last.get("loss_g", float("nan")), **self.last}
-
-
-def make_task(prepared: Prepared) -> Task:
-    """The task a prepared recipe trains: GAN for ``dcgan`` models, segmentation otherwise. The
-    initial weights follow ``train.seed``."""
-    from upzoo.runtime import seed_everything
-
-    seed_everything(prepared.recipe.train.seed)
-    return GanTask(prepared) if prepared.task == "gan" else SegmentationTask(prepared)

@@ -1,0 +1,97 @@
+"""MATLAB's ``imresize`` (bicubic, antialiased when shrinking): the degradation super-resolution
+papers train and test with (DIV2K's, Set5's and BasicSR's low-resolution images are made by it).
+
+Each output sample is a weighted sum of input samples along one axis: the cubic kernel of Keys
+with ``a = -0.5``, stretched by ``1 / scale`` when shrinking (the antialiasing), weights normalised
+to sum to one, and the image extended at its edges by mirror symmetry (``x[-1] = x[0]``). Along
+an axis this is a matrix, built once for a pair of lengths; the resize of an image is
+``rows @ image @ cols.T``. PyTorch's ``interpolate(mode="bicubic", antialias=True)`` uses the same
+kernel but renormalises the weights at the edges instead of mirroring, so the two agree inside the
+image and differ in the outer two-to-eight pixels.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from upzoo.checks import check_positive_int, check_sizes
+from upzoo.errors import ShapeError
+
+__all__ = ["resize_matrix", "imresize", "bicubic_downscale"]
+
+
+def _cubic(x: torch.Tensor) -> torch.Tensor:
+    ax = x.abs()
+    near = (1.5 * ax**3 - 2.5 * ax**2 + 1) * (ax <= 1)
+    far = (-0.5 * ax**3 + 2.5 * ax**2 - 4 * ax + 2) * ((ax > 1) & (ax <= 2))
+    return near + far
+
+
+@functools.lru_cache(maxsize=64)
+def resize_matrix(in_length: int, out_length: int, scale: float) -> torch.Tensor:
+    """The ``(out_length, in_length)`` float64 matrix of MATLAB's bicubic ``imresize`` along one
+    axis at ``scale`` (output / input; below 1 the kernel is widened by ``1 / scale``).
+
+    >>> resize_matrix(8, 4, 0.5).sum(1)
+    tensor([1., 1., 1., 1.], dtype=torch.float64)
+    """
+    width = 4.0 / scale if scale < 1 else 4.0
+    x = torch.arange(1, out_length + 1, dtype=torch.float64)
+    centre = x / scale + 0.5 * (1 - 1 / scale)  # 1-based input coordinates of each output sample
+    left = torch.floor(centre - width / 2)
+    taps = math.ceil(width) + 2
+    index = left[:, None] + torch.arange(taps, dtype=torch.float64)[None]
+    distance = centre[:, None] - index
+    weights = scale * _cubic(distance * scale) if scale < 1 else _cubic(distance)
+    weights = weights / weights.sum(1, keepdim=True)
+    index = index.long() - 1  # 0-based; mirror at the edges: -1 -> 0, -2 -> 1, n -> n - 1, ...
+    index = torch.where(index < 0, -index - 1, index)
+    index = torch.where(index >= in_length, 2 * in_length - 1 - index, index)
+    index = index.clamp(0, in_length - 1)  # kernels wider than the image mirror once, as MATLAB's
+    matrix = torch.zeros(out_length, in_length, dtype=torch.float64)
+    matrix.scatter_add_(1, index, weights)
+    return matrix
+
+
+def imresize(images: torch.Tensor, size: tuple[int, int], scale: float) -> torch.Tensor:
+    """``(..., H, W)`` float images resized to ``size`` at ``scale`` (``size = ceil((H, W) * scale)``
+    as MATLAB's), computed in float64 and returned in the input's dtype.
+
+    Raises:
+        ShapeError: not float images with two spatial axes.
+    """
+    if not isinstance(images, torch.Tensor) or images.ndim < 2 or not images.is_floating_point():
+        shown = f"{tuple(images.shape)} {images.dtype}" if isinstance(images, torch.Tensor) else type(images).__name__
+        raise ShapeError(f"imresize: expected float images (..., H, W), got {shown}")
+    size = check_sizes(size, "imresize size", count=2, error=ShapeError)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+        raise ShapeError(f"imresize: scale must be a positive finite number, got {scale!r}")
+    height, width = images.shape[-2:]
+    rows = resize_matrix(height, size[0], scale).to(images.device)
+    cols = resize_matrix(width, size[1], scale).to(images.device)
+    return (rows @ images.double() @ cols.T).to(images.dtype)
+
+
+def bicubic_downscale(images: torch.Tensor, factor: int) -> torch.Tensor:
+    """``(..., H, W)`` images whose sides are multiples of ``factor`` shrunk by it, as MATLAB's
+    ``imresize(img, 1 / factor, 'bicubic')``.
+
+    >>> bicubic_downscale(torch.ones(1, 3, 8, 12), 4).shape
+    torch.Size([1, 3, 2, 3])
+
+    Raises:
+        ShapeError: a factor that is not a whole number >= 1, or a side that is not a multiple of it
+            (crop it first).
+    """
+    factor = check_positive_int(factor, "bicubic downscale factor", error=ShapeError)
+    if not isinstance(images, torch.Tensor) or images.ndim < 2:
+        raise ShapeError(f"bicubic downscale: expected images (..., H, W), got {type(images).__name__}")
+    height, width = images.shape[-2:]
+    if height % factor or width % factor:
+        raise ShapeError(
+            f"bicubic downscale by {factor}: the image is {height}x{width}, not a multiple of {factor}; crop it first"
+        )
+    return imresize(images, (height // factor, width // factor), 1 / factor)

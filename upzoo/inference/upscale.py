@@ -1,0 +1,145 @@
+"""Upscaling images of any size with a super-resolution run: whole, or in overlapping tiles whose
+outputs are stitched so that the result equals the whole-image one.
+
+A tile is read with ``halo`` extra input pixels on each side (the model's receptive radius,
+measured from the gradient of one output pixel), and only its core is kept: every output pixel
+then comes from a tile that holds its whole receptive field, with the image's true border where
+the image ends — the same sums as the whole image, so tiled and untiled outputs agree to float
+rounding (memory is bounded by the tile, not the image). 16-bit inputs give 16-bit outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from upzoo.errors import ConfigError, DataError
+
+__all__ = ["receptive_radius", "upscale", "read_unit_image", "write_unit_image"]
+
+
+@torch.no_grad()
+def _extent(model: nn.Module, channels: int, size: int, scale: int, seed: int) -> int:
+    """The largest distance, in input pixels, from the centre of a ``size`` input at which the
+    central output pixels' gradient is non-zero."""
+    x = torch.rand(1, channels, size, size, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    x.requires_grad_(True)
+    with torch.enable_grad():
+        out = model(x)
+        centre = size // 2 * scale
+        out[..., centre : centre + scale, centre : centre + scale].sum().backward()
+    hit = (x.grad.abs().sum(dim=(0, 1)) > 0).nonzero()
+    return int((hit - size // 2).abs().max()) if len(hit) else 0
+
+
+def receptive_radius(model: nn.Module, channels: int, scale: int) -> int:
+    """How many input pixels on each side one input pixel's outputs depend on (measured on the
+    CPU in float64 from two random inputs; grows the probe until the field fits inside it).
+
+    Raises:
+        ConfigError: a field wider than 1024 input pixels (a model with a global operation cannot
+            be tiled exactly).
+    """
+    probe = _probe(model)
+    size = 33
+    while size <= 2049:
+        radius = max(_extent(probe, channels, size, scale, seed) for seed in (0, 1))
+        if radius < size // 2 - 1:
+            return radius
+        size = 2 * size - 1
+    raise ConfigError("this model's outputs depend on the whole image (no finite receptive field); upscale it whole")
+
+
+def _probe(model: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(model).to("cpu", torch.float64).eval()
+
+
+def _tile_starts(length: int, core: int) -> list[int]:
+    return list(range(0, length, core))
+
+
+@torch.no_grad()
+def upscale(
+    model: nn.Module, image: torch.Tensor, scale: int, *, tile: int | None = None, halo: int = 0,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:  # fmt: skip
+    """``(C, H, W)`` in [0, 1] -> ``(C, H * scale, W * scale)`` (not clamped), whole or in tiles of
+    ``tile`` input pixels (``halo`` of them context on each side, ``tile - 2 * halo`` kept).
+
+    Raises:
+        ConfigError: a tile that keeps nothing (``tile <= 2 * halo``), or a ``scale`` other than the
+            model's own (its ``scale`` attribute, where it has one).
+    """
+    trained = getattr(model, "scale", scale)
+    if trained != scale:
+        raise ConfigError(f"this model upscales x{trained}, not x{scale}: it works at the scale it was trained for")
+    height, width = image.shape[-2:]
+    device = torch.device(device)
+    if tile is None or (height <= tile and width <= tile):
+        return model(image[None].to(device)).float().cpu()[0]
+    core = tile - 2 * halo
+    if core < 1:
+        raise ConfigError(f"a tile of {tile} pixels keeps nothing of a halo of {halo} on each side; use a larger tile")
+    out = torch.empty(image.shape[0], height * scale, width * scale)
+    for top in _tile_starts(height, core):
+        for left in _tile_starts(width, core):
+            y0, x0 = max(top - halo, 0), max(left - halo, 0)
+            y1, x1 = min(top + core + halo, height), min(left + core + halo, width)
+            result = model(image[None, :, y0:y1, x0:x1].to(device)).float().cpu()[0]
+            bottom, right = min(top + core, height), min(left + core, width)
+            keep = result[:, (top - y0) * scale : (bottom - y0) * scale, (left - x0) * scale : (right - x0) * scale]
+            out[:, top * scale : bottom * scale, left * scale : right * scale] = keep
+    return out
+
+
+def read_unit_image(path: Path, channels: int) -> tuple[torch.Tensor, int]:
+    """An image as ``(C, H, W)`` float32 in [0, 1] at its full precision, and its bit depth (8 or
+    16): 16-bit PNG/TIFF keep their 65536 steps (read with OpenCV), everything else goes through
+    upzoo's image reader.
+
+    Raises:
+        DataError: unreadable files or other channel counts, naming the file.
+    """
+    import cv2
+
+    from upzoo.data.io import read_image
+
+    array = cv2.imread(str(path), cv2.IMREAD_UNCHANGED) if path.suffix.lower() in (".png", ".tif", ".tiff") else None
+    if array is not None and array.dtype == np.uint16:
+        if array.ndim == 3 and array.shape[2] not in (3, 4):
+            raise DataError(f"{path}: a 16-bit image with {array.shape[2]} channels; give RGB or grayscale")
+        if array.ndim == 3:
+            array = cv2.cvtColor(array[..., :3], cv2.COLOR_BGR2RGB)
+            if channels == 1:
+                array = np.rint(array.astype(np.float64) @ [0.299, 0.587, 0.114]).astype(np.uint16)
+        elif channels == 3:
+            array = np.repeat(array[..., None], 3, axis=2)
+        tensor, bits = torch.from_numpy(array.astype(np.float32) / 65535.0), 16
+    else:
+        tensor, bits = torch.from_numpy(read_image(path, channels=channels).astype(np.float32) / 255.0), 8
+    return (tensor[None] if tensor.ndim == 2 else tensor.permute(2, 0, 1)).contiguous(), bits
+
+
+def write_unit_image(path: Path, image: torch.Tensor, bits: int) -> None:
+    """``(C, H, W)`` in [0, 1] (clamped) as an 8- or 16-bit PNG, written atomically."""
+    import cv2
+
+    from upzoo.runtime import atomic_write
+
+    array = image.clamp(0, 1).permute(1, 2, 0).numpy()
+    array = np.rint(array * (65535.0 if bits == 16 else 255.0)).astype(np.uint16 if bits == 16 else np.uint8)
+    if array.shape[2] == 3:
+        array = cv2.cvtColor(array, cv2.COLOR_RGB2BGR)
+
+    def save(tmp: Path) -> None:
+        ok, encoded = cv2.imencode(".png", array[..., 0] if array.shape[2] == 1 else array)
+        if not ok:
+            raise DataError(f"{path}: OpenCV could not encode the PNG")
+        tmp.write_bytes(encoded.tobytes())
+
+    atomic_write(path, save)

@@ -1,0 +1,156 @@
+"""The super-resolution task: L1 on bicubic-degraded crops (plus, optionally, SRGAN's adversarial
+term), evaluated like a paper (PSNR/SSIM on the Y channel with ``scale`` border pixels cropped, on
+8-bit outputs) and beside it the things an upsampler changes: RGB PSNR, the spectral error
+against the high-resolution images and the checkerboard score of the outputs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from upzoo.data.bicubic import imresize
+from upzoo.metrics.checkerboard import image_checkerboard
+from upzoo.metrics.image_quality import psnr, ssim
+from upzoo.metrics.spectrum import image_spectral_error
+from upzoo.models import build_model
+from upzoo.models.super_resolution import SRDiscriminator
+from upzoo.train.context import StepContext
+from upzoo.train.tasks import Task
+
+if TYPE_CHECKING:
+    from upzoo.prepare import Prepared
+
+__all__ = ["SuperResolutionTask", "evaluate_super_resolution", "image_metrics", "bicubic_upscale"]
+
+METRICS = ("psnr_y", "ssim_y", "psnr_rgb", "spectral_error", "checkerboard")
+
+
+def bicubic_upscale(images: torch.Tensor, scale: int) -> torch.Tensor:
+    """MATLAB-bicubic upscaling by ``scale`` (the baseline every SR table starts from), in [0, 1]."""
+    height, width = images.shape[-2:]
+    return imresize(images, (height * scale, width * scale), float(scale)).clamp(0, 1)
+
+
+def _square(images: torch.Tensor) -> torch.Tensor:
+    side = min(images.shape[-2:]) // 2 * 2
+    top, left = (images.shape[-2] - side) // 2, (images.shape[-1] - side) // 2
+    return images[..., top : top + side, left : left + side]
+
+
+def image_metrics(output: torch.Tensor, target: torch.Tensor, scale: int) -> dict[str, float]:
+    """The task's metrics of one ``(1, C, H, W)`` output against its high-resolution target, both
+    in [0, 1] (the output rounded to 8 bits first, as a saved image is)."""
+    output = torch.round(output.clamp(0, 1) * 255.0) / 255.0
+    crop = {"crop_border": scale}
+    _, error = image_spectral_error(_square(output), _square(target))
+    return {
+        "psnr_y": float(psnr(output, target, y_channel=True, **crop)[0]),
+        "ssim_y": float(ssim(output, target, y_channel=True, **crop)[0]),
+        "psnr_rgb": float(psnr(output, target, **crop)[0]),
+        "spectral_error": error,
+        "checkerboard": image_checkerboard(output, period=scale),
+    }
+
+
+def _means(rows: list[dict[str, Any]]) -> dict[str, float]:
+    return {key: math.fsum(row[key] for row in rows) / len(rows) for key in METRICS}
+
+
+@torch.no_grad()
+def evaluate_super_resolution(
+    model: nn.Module, dataset: Any, scale: int, device: torch.device, precision: Callable, keep: int = 4
+) -> tuple[dict[str, Any], list[tuple[torch.Tensor, ...]]]:
+    """Every held-out image of ``dataset`` upscaled whole by ``model`` and by bicubic interpolation:
+    the means and the per-image rows of :func:`image_metrics`, and ``keep`` (LR, bicubic, SR, HR)
+    examples for the figure."""
+    was_training = model.training
+    model.eval()
+    rows, examples = [], []
+    try:
+        for index in range(len(dataset)):
+            item = dataset[index]
+            low, target = item["image"][None], item["target"][None]
+            with precision():
+                output = model(low.to(device)).float().cpu()
+            bicubic = bicubic_upscale(low, scale)
+            row = {"image": item["name"], **image_metrics(output, target, scale)}
+            row |= {f"bicubic_{k}": v for k, v in image_metrics(bicubic, target, scale).items()}
+            rows.append(row)
+            if len(examples) < keep:
+                examples.append((low[0], bicubic[0], output[0].clamp(0, 1), target[0]))
+    finally:
+        model.train(was_training)
+    bicubic = {f"bicubic_{k}": v for k, v in _means([{k: r[f"bicubic_{k}"] for k in METRICS} for r in rows]).items()}
+    return {**_means(rows), **bicubic, "per_image": rows, "images": len(rows)}, examples
+
+
+class SuperResolutionTask(Task):
+    """L1 between the network's output and the high-resolution crop; with ``train.adversarial_weight``
+    > 0 also a discriminator (:class:`~upzoo.models.super_resolution.SRDiscriminator`) and the
+    non-saturating GAN loss (SRGAN's recipe without its VGG loss, whose weights would have to be
+    downloaded). Evaluated on the held-out images; ``best.pt`` by Y-channel PSNR."""
+
+    kind = "super_resolution"
+    eval_columns = [f"val_{k}" for k in METRICS]
+    curve_columns = ["val_psnr_y", "val_ssim_y", "val_spectral_error"]
+    best_key = "val_psnr_y"
+
+    def __init__(self, prepared: Prepared) -> None:
+        super().__init__(prepared)
+        self.scale = prepared.spec.options["scale"]
+        self.modules = {"model": build_model(prepared.spec)}
+        self.adversarial = prepared.recipe.train.adversarial_weight
+        if self.adversarial > 0:
+            channels = prepared.spec.options.get("in_channels", 3)
+            self.modules["discriminator"] = SRDiscriminator(channels, prepared.recipe.train.discriminator_base_channels)
+        self.step_columns = ["loss", "loss_l1"] + (["loss_d", "loss_adversarial"] if self.adversarial > 0 else [])
+        self.last: dict[str, Any] = {}
+
+    def step(self, batch: dict, ctx: StepContext) -> dict[str, float]:
+        low, target = ctx.to_device(batch["image"], image=True), ctx.to_device(batch["target"], image=True)
+        with ctx.autocast():
+            output = ctx.net("model")(low)
+        loss = l1 = F.l1_loss(output.float(), target)
+        values: dict[str, float] = {}
+        if self.adversarial > 0:
+            discriminator = ctx.net("discriminator")
+            with ctx.autocast():
+                logits = discriminator(torch.cat([target, output.detach()])).float()
+            real, fake = logits.chunk(2)
+            loss_d = F.binary_cross_entropy_with_logits(real, torch.ones_like(real))
+            loss_d = loss_d + F.binary_cross_entropy_with_logits(fake, torch.zeros_like(fake))
+            values["loss_d"] = ctx.optimize(loss_d, "discriminator")
+            with ctx.autocast():
+                logits_g = discriminator(output).float()
+            adversarial = F.binary_cross_entropy_with_logits(logits_g, torch.ones_like(logits_g))
+            values["loss_adversarial"] = float(adversarial.detach())
+            loss = l1 + self.adversarial * adversarial
+        values["loss_l1"] = float(l1.detach())
+        return {"loss": ctx.optimize(loss, "model"), **values}
+
+    def evaluate(self, ctx: StepContext) -> dict[str, float]:
+        from upzoo.figures import super_resolution_grid
+
+        metrics, examples = evaluate_super_resolution(
+            self.modules["model"], self.prepared.data.val, self.scale, ctx.device, ctx.autocast,
+            keep=self.prepared.recipe.eval.grid_samples,
+        )  # fmt: skip
+        self.last = metrics
+        if ctx.is_main and examples:
+            super_resolution_grid(examples, ctx.run_path / "predictions.png")
+        return {f"val_{k}": metrics[k] for k in METRICS}
+
+    def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
+        return {"last_loss": last.get("loss", float("nan")), "val": self.last, "best_psnr_y": best}
+
+    def input_shapes(self) -> dict[str, tuple[tuple[int, ...], ...]]:
+        item = self.prepared.data.train[0]
+        shapes = {"model": ((2, *item["image"].shape),)}
+        if self.adversarial > 0:
+            shapes["discriminator"] = ((2, *item["target"].shape),)
+        return shapes

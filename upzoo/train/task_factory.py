@@ -1,0 +1,23 @@
+"""``make_task(prepared)``: the task a prepared recipe trains."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from upzoo.train.super_resolution import SuperResolutionTask
+from upzoo.train.tasks import GanTask, SegmentationTask, Task
+
+if TYPE_CHECKING:
+    from upzoo.prepare import Prepared
+
+__all__ = ["make_task"]
+
+
+def make_task(prepared: Prepared) -> Task:
+    """GAN for ``dcgan`` models, super-resolution for ``espcn``/``edsr``/``rrdbnet``, segmentation
+    otherwise. The initial weights follow ``train.seed``."""
+    from upzoo.runtime import seed_everything
+
+    seed_everything(prepared.recipe.train.seed)
+    tasks = {"gan": GanTask, "super_resolution": SuperResolutionTask}
+    return tasks.get(prepared.task, SegmentationTask)(prepared)
