@@ -186,3 +186,14 @@ def test_export_is_verified_at_three_sizes_with_the_pixel_shuffle_in_the_graph(s
     ops = {node.op_type for node in onnx.load(str(tmp_path / "sr.onnx")).graph.node}
     assert "DepthToSpace" in ops or {"Reshape", "Transpose"} <= ops
     assert report["contract"]["scale"] == "2"
+
+
+def test_shapes_check_says_every_size_is_valid_and_the_output(tmp_path):
+    import yaml
+
+    recipe = tmp_path / "sr.yaml"
+    recipe.write_text(yaml.safe_dump(sr_recipe(model__scale=3)))
+    result = run_cli("shapes", "check", str(recipe), "--size", "37x41")
+    assert result.returncode == 0 and "37x41: valid, output 111x123" in result.stdout
+    assert json.loads(run_cli("shapes", "check", str(recipe), "--size", "5x6", "--json").stdout)["output"] == [15, 18]
+    assert run_cli("shapes", "check", str(recipe), "--range", "9:4").returncode == 2

@@ -64,7 +64,7 @@ def losses(run_dir: Path) -> dict[int, float]:
 def shrink(path: Path, cache: str) -> list[str]:
     if path.name.startswith("sr_"):  # package photographs: two steps on one, evaluated on a small one
         return ["--set", "train.max_steps=2", "--set", "data.num_workers=0", "--set", "data.batch_size=2",
-                "--set", "data.patches_per_image=1", "--set", "data.package_train=[chelsea]",
+                "--set", "data.patches_per_image=2", "--set", "data.package_train=[chelsea]",
                 "--set", "data.package_val=[coffee]", "--set", "model.channels=" +
                 ("[8,8]" if "espcn" in path.name else "8"), "--set", "data.crop_size=[48,48]"] + (
             [] if "espcn" in path.name else ["--set", "model.num_blocks=1"])  # fmt: skip

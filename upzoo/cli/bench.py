@@ -148,7 +148,8 @@ def bench_compare_command(recipe, upsamplers, seeds, baseline, overrides, out_di
     """Train RECIPE once per upsampler variant and seed (same seeds for every variant) and tell the
     variants apart from seed noise: per metric mean ± std and a 95 % confidence interval (mIoU,
     Boundary IoU and F-score, thin-class IoU; volumes: Dice, HD95, surface Dice; GAN recipes: SWD,
-    spectral error and decay, KID/FD with eval.features, checkerboard, and compare_spectra.png), the paired
+    spectral error and decay, KID/FD with eval.features, checkerboard, and compare_spectra.png;
+    super-resolution: PSNR/SSIM on Y, RGB PSNR, spectral error, checkerboard), the paired
     difference to --baseline with its interval and whether it is beyond the seed noise, inference
     time interleaved across the variants (median, IQR, '!' when the IQR exceeds 20 %), peak training
     memory, parameters, GFLOPs. The comparison is a plan (--out/plan.json, --out/jobs.txt: one

@@ -92,6 +92,30 @@ def shapes_model(recipe: str, input_shape: str, as_json: bool) -> None:
         click.echo(f"output: {format_shape(output)}")
 
 
+def _super_resolution_check(model, size: str | None, size_range: str | None, as_json: bool) -> None:
+    """A super-resolution network: fully convolutional, so every size is valid; the output is scaled."""
+    rule = f"every size >= 1 (fully convolutional); the output is the input x {model.scale}"
+    result: dict = {"rules": [rule, rule]}
+    if size is not None:
+        spatial = parse_shape(size, "--size")
+        if len(spatial) != 2:
+            raise UsageError(f"--size takes two sizes HxW for this 2D model, got {size!r}")
+        result["output"] = list(model.output_shape((1, model.in_channels, *spatial))[2:])
+    else:
+        low, _, high = str(size_range).partition(":")
+        if not (low.isdigit() and high.isdigit()) or int(low) > int(high):
+            raise UsageError(f"--range must look like 256:2048, got {size_range!r}")
+        result["valid"] = f"every size in {low}..{high}"
+    if as_json:
+        click.echo(to_json(result))
+        return
+    click.echo(f"rule: {rule}")
+    if size is not None:
+        click.echo(f"{size}: valid, output {'x'.join(map(str, result['output']))}")
+    else:
+        click.echo(f"valid: {result['valid']}")
+
+
 @shapes.command("check")
 @click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
 @click.option("--size", default=None, help="Spatial size to check, e.g. 350x525.")
@@ -105,6 +129,9 @@ def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: in
     if (size is None) == (size_range is None):
         raise UsageError("give exactly one of --size and --range")
     model = load_meta_model(recipe)
+    if hasattr(model, "scale") and hasattr(model, "output_shape") and not hasattr(model, "encoder"):
+        _super_resolution_check(model, size, size_range, as_json)
+        return
     if not hasattr(model, "encoder"):
         raise UpzooError(
             f"{recipe}: shapes check answers for segmentation models with spatial inputs; "
