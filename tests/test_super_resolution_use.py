@@ -34,6 +34,13 @@ def sr_recipe(**changes) -> dict:
     return recipe
 
 
+def _write(path, recipe: dict):
+    import yaml
+
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
 @pytest.fixture(scope="module")
 def sr_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sr") / "run"
@@ -106,9 +113,15 @@ def test_an_image_smaller_than_the_crop_is_named(tmp_path):
         cv2.imwrite(str(tmp_path / split / "small.png"), np.full((40, 40, 3), 128, np.uint8))
     recipe = sr_recipe(data__kind="images", data__root=str(tmp_path))
     del recipe["data"]["package_train"], recipe["data"]["package_val"]
-    prepared = prepare(parse_recipe(recipe))
     with pytest.raises(DataError, match=r"small.png: the image is 40x40, smaller than the training crop 48x48"):
-        prepared.data.train[0]
+        prepare(parse_recipe(recipe))
+    result = run_cli("train", "--out", str(tmp_path / "run"), str(_write(tmp_path / "r.yaml", recipe)))
+    assert result.returncode == 1 and "smaller than the training crop" in result.stderr
+    assert not (tmp_path / "run").exists()  # refused before the run folder is made
+    from upzoo.data.super_resolution import SuperResolutionImages
+
+    with pytest.raises(DataError, match=r"small.png: the image is 40x40, smaller than what x12 can be measured on"):
+        SuperResolutionImages([tmp_path / "val" / "small.png"], 12, 3)
 
 
 @pytest.mark.parametrize(
@@ -197,3 +210,14 @@ def test_shapes_check_says_every_size_is_valid_and_the_output(tmp_path):
     assert result.returncode == 0 and "37x41: valid, output 111x123" in result.stdout
     assert json.loads(run_cli("shapes", "check", str(recipe), "--size", "5x6", "--json").stdout)["output"] == [15, 18]
     assert run_cli("shapes", "check", str(recipe), "--range", "9:4").returncode == 2
+
+
+def test_16_bit_gray_and_rgba_inputs_are_read_at_full_precision(tmp_path):
+    rng = np.random.default_rng(1)
+    gray, rgba = rng.integers(0, 65536, (9, 7), dtype=np.uint16), rng.integers(0, 65536, (9, 7, 4), dtype=np.uint16)
+    cv2.imwrite(str(tmp_path / "gray.png"), gray)
+    cv2.imwrite(str(tmp_path / "rgba.png"), rgba)
+    image, bits = read_unit_image(tmp_path / "gray.png", 3)
+    assert bits == 16 and image.shape == (3, 9, 7) and torch.equal(image[0], torch.from_numpy(gray / 65535).float())
+    image, bits = read_unit_image(tmp_path / "rgba.png", 3)  # alpha dropped, BGR -> RGB
+    assert torch.equal(image[0], torch.from_numpy(rgba[..., 2] / 65535).float())

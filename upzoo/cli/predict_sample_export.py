@@ -97,7 +97,7 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     if loaded.task == "super_resolution":
         given = {"--tta": tta != "none", "--scales": scales != "1", "--window": window != "auto", "--overlay": overlay,
                  "--probabilities": probabilities, "--backend": backend != "eager", "--onnx": onnx_path,
-                 "--no-resample": no_resample}  # fmt: skip
+                 "--no-resample": no_resample, "--batch-size": batch_size != 4, "--workers": workers != 2}  # fmt: skip
         _upscale(loaded, inputs, out_dir, tile, device, amp, overwrite, keep_going, no_progress, as_json, given)
         return
     if tile is not None:
@@ -138,7 +138,10 @@ def _upscale(loaded, inputs, out_dir, tile, device, amp, overwrite, keep_going, 
 
     for option, used in given.items():
         if used:
-            raise UsageError(f"{option} is for segmentation runs; {loaded.checkpoint} is a super-resolution run")
+            raise UsageError(
+                f"{option} is for segmentation runs; {loaded.checkpoint} is a super-resolution run (it upscales one "
+                f"image at a time, whole or with --tile)"
+            )
     summary = upscale_files(loaded, inputs, Path(out_dir), tile=tile, device=device, amp=amp, overwrite=overwrite,
                             keep_going=keep_going, progress=not no_progress)  # fmt: skip
     if as_json:

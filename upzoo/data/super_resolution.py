@@ -68,7 +68,8 @@ class SuperResolutionPatches(_Pairs):
     """Training pairs ``{"image": (C, crop / scale, ...), "target": (C, crop, crop)}``.
 
     Raises:
-        DataError: an image smaller than the crop (when read; naming the file and the sizes).
+        DataError: an image smaller than the crop (at construction, from the headers; naming the
+            file and the sizes), or unreadable files.
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class SuperResolutionPatches(_Pairs):
     ) -> None:  # fmt: skip
         super().__init__(sources, scale, channels)
         self.crop_size, self.patches, self.augment = tuple(crop_size), patches_per_image, augment
+        _check_sizes(self.sources, self.crop_size)
 
     def __len__(self) -> int:
         return len(self.sources) * self.patches
@@ -104,20 +106,47 @@ class SuperResolutionPatches(_Pairs):
         return {"image": degrade(target, self.scale), "target": target}
 
 
+def _check_sizes(sources: Sequence[Path], crop: tuple[int, int], what: str = "the training crop") -> None:
+    """Every image at least ``crop``, from the files' headers (nothing decoded), so that a small
+    image is refused before a run starts.
+
+    Raises:
+        DataError: naming the first image smaller than the crop.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    for path in sources:
+        try:
+            with Image.open(path) as img:
+                width, height = img.size
+        except (OSError, UnidentifiedImageError) as exc:
+            raise DataError(f"{path}: unreadable image ({exc})") from None
+        if height < crop[0] or width < crop[1]:
+            raise DataError(
+                f"{path}: the image is {height}x{width}, smaller than {what} {crop[0]}x{crop[1]}; "
+                f"{'lower data.crop_size or ' if what == 'the training crop' else ''}leave the image out"
+            )
+
+
 class SuperResolutionImages(_Pairs):
-    """Held-out pairs ``{"image", "target", "name"}``: whole images, mod-cropped to the scale."""
+    """Held-out pairs ``{"image", "target", "name"}``: whole images, mod-cropped to the scale.
+
+    Raises:
+        DataError: an image too small to measure (at construction: SSIM's 11-pixel window must fit
+            inside the scale's cropped border).
+    """
 
     def __init__(self, sources: Sequence[Path], scale: int, channels: int, names: Sequence[str] | None = None) -> None:
         super().__init__(sources, scale, channels)
         self.names = list(names) if names is not None else [p.stem for p in self.sources]
+        side = 11 + 3 * scale  # SSIM's window after the border of `scale` is cropped, and the mod-crop
+        _check_sizes(self.sources, (side, side), f"what x{scale} can be measured on:")
 
     def __len__(self) -> int:
         return len(self.sources)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         image = mod_crop(self._image(index), self.scale)
-        if min(image.shape[:2]) < 4 * self.scale:
-            raise DataError(f"{self.sources[index]}: the image is too small to super-resolve at x{self.scale}")
         target = _tensor(image)
         return {"image": degrade(target, self.scale), "target": target, "name": self.names[index]}
 
