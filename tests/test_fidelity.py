@@ -225,6 +225,23 @@ def test_two_predicts_into_one_out_cannot_interleave(run_dir, tmp_path, capsys):
         assert "another upzoo predict is writing into" in one_line_error(capsys)
     assert cli("predict", str(run_dir), str(_image(run_dir)), "--out", str(out), "--no-progress")[0] == 0
     assert not list(out.rglob(".tmp-*"))  # the next predict into the folder removes it
+    assert not (out / ".predict.lock").exists()  # the lock goes with the predict: the folder holds outputs
+
+
+def test_a_transient_lock_is_never_shared_after_its_file_is_deleted(tmp_path):
+    first = FolderLock(tmp_path, "busy", name=".l", transient=True)
+    stale = os.open(tmp_path / ".l", os.O_RDWR)  # a newcomer that opened the file before it went
+    first.release()
+    assert not (tmp_path / ".l").exists()
+    second = FolderLock(tmp_path, "busy", name=".l", transient=True)  # takes a new file
+    import fcntl
+
+    fcntl.flock(stale, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the old inode is free, but it is not the path's file
+    assert os.fstat(stale).st_ino != os.stat(tmp_path / ".l").st_ino
+    with pytest.raises(ConfigError, match="busy"):
+        FolderLock(tmp_path, "busy", name=".l", transient=True)
+    second.release()
+    os.close(stale)
 
 
 def test_export_never_replaces_a_checkpoint_or_an_existing_file(run_dir, tmp_path, capsys):

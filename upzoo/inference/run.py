@@ -217,6 +217,7 @@ def predict_files(predictor: Predictor, inputs: Sequence[str | Path], options: P
         options.out,
         f"another upzoo predict is writing into {options.out}; wait for it to finish or choose another --out",
         name=".predict.lock",
+        transient=True,
     )
     with lock, terminate_as_interrupt():
         remove_stale_temporaries(options.out, recursive=True)  # left by a predict that was killed

@@ -58,7 +58,7 @@ def upscale_files(
     named = named_inputs(inputs, volumes=False, exclude=out)
     planned = planned_outputs(named, out, overwrite, lambda name: {"image": out / f"{name}.png"})
     lock = FolderLock(out, f"another upzoo predict is writing into {out}; wait for it or choose another --out",
-                      name=".predict.lock")  # fmt: skip
+                      name=".predict.lock", transient=True)  # fmt: skip
     rows, failed = [], []
     with lock, terminate_as_interrupt():
         planned = planned_outputs(named, out, overwrite, lambda name: {"image": out / f"{name}.png"})
