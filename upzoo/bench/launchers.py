@@ -33,6 +33,7 @@ __all__ = [
     "slurm_executor",
     "sbatch_preview",
     "last_error",
+    "exit_reason",
 ]
 
 
@@ -57,6 +58,24 @@ def last_error(log: str | Path) -> str:
     return (errors or lines or ["exited without output"])[-1]
 
 
+def exit_reason(code: int, log: str | Path) -> str:
+    """Why a cell's process ended with ``code``: the signal that killed it (a negative code, as
+    ``subprocess`` reports it), with its log's last line where it left one; else :func:`last_error`.
+
+    >>> exit_reason(-9, "/nonexistent.log")
+    'killed by SIGKILL (no log)'
+    """
+    if code >= 0:
+        return last_error(log)
+    import signal
+
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"killed by {name} ({last_error(log)})"
+
+
 def _run_in_process(cell: Cell) -> CellResult:
     from upzoo.recipe import load_recipe
     from upzoo.train.engine import train
@@ -79,7 +98,11 @@ def _run_subprocess(cell: Cell, env: dict[str, str]) -> CellResult:
     with open(cell.log, "w") as log:
         code = subprocess.call(python_command(cell), stdout=log, stderr=subprocess.STDOUT, env=env)
     seconds = time.perf_counter() - start
-    return CellResult(cell, "done", seconds) if code == 0 else CellResult(cell, "failed", seconds, last_error(cell.log))
+    return (
+        CellResult(cell, "done", seconds)
+        if code == 0
+        else CellResult(cell, "failed", seconds, exit_reason(code, cell.log))
+    )
 
 
 class _Worker:
@@ -111,9 +134,8 @@ class _Worker:
             reply = ""
         if not reply:  # the worker died with this cell
             code = self.process.wait()
-            return CellResult(
-                cell, "failed", time.perf_counter() - start, f"worker exited with {code}: {last_error(cell.log)}"
-            )
+            reason = exit_reason(code, cell.log) if code < 0 else f"worker exited with {code}: {last_error(cell.log)}"
+            return CellResult(cell, "failed", time.perf_counter() - start, reason)
         outcome = json.loads(reply)
         return CellResult(cell, outcome["status"], time.perf_counter() - start, outcome["error"])
 
