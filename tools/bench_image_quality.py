@@ -1,5 +1,5 @@
 """PSNR and SSIM (Y channel, border 4 cropped, BasicSR's conventions) of 100 image pairs of 512x512:
-``upzoo.metrics`` on the whole batch (float64, separable Gaussian) against the per-image OpenCV
+``upzoo.metrics.psnr_ssim`` on the whole batch (float64; OpenCV's separable Gaussian) against the per-image OpenCV
 definition that BasicSR uses (``cv2.filter2D`` with the 11x11 window), timed interleaved in the
 same run; the figures must agree to 1e-6.
 
@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 import torch
 
-from upzoo.metrics import psnr, ssim
+from upzoo.metrics import psnr_ssim
 
 
 def _basicsr_like(outputs: np.ndarray, targets: np.ndarray, crop: int) -> tuple[float, float]:
@@ -53,8 +53,8 @@ def main() -> None:
     results: dict[str, tuple[float, float]] = {}
 
     def ours() -> None:
-        options = {"crop_border": 4, "y_channel": True}
-        results["upzoo"] = (float(psnr(out_t, tgt_t, **options).mean()), float(ssim(out_t, tgt_t, **options).mean()))
+        values = psnr_ssim(out_t, tgt_t, crop_border=4, y_channel=True)
+        results["upzoo"] = (float(values[0].mean()), float(values[1].mean()))
 
     def reference() -> None:
         results["BasicSR-style OpenCV loop"] = _basicsr_like(outputs, targets, 4)

@@ -72,7 +72,9 @@ def check_finite(x: Any, what: str, *, error: type[UpzooError] = ConfigError) ->
     """Refuse a tensor or array holding NaN or inf, naming how many values are: they would turn every
     score downstream into NaN without a word."""
     if isinstance(x, torch.Tensor):
-        total, bad = x.numel(), int((~torch.isfinite(x)).sum()) if x.is_floating_point() else 0
+        if not x.is_floating_point() or bool(torch.isfinite(x.sum())):
+            return  # the fast path: a finite sum holds no NaN or inf (an overflowing one is counted below)
+        total, bad = x.numel(), int((~torch.isfinite(x)).sum())
     else:
         x = np.asarray(x)
         total, bad = x.size, int(x.size - np.count_nonzero(np.isfinite(x)))

@@ -77,8 +77,9 @@ def display_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, str]], list
 
 
 def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
-    """One bar chart per quality metric (mean, 95 % interval as error bars, each seed as a dot) and
-    the inference time (median, interquartile range as error bars), as one PNG."""
+    """One panel per quality metric (mean as a marker, 95 % interval as error bars, each seed as a
+    dot; the axis spans the values, not zero, so that differences of a tenth of a dB show) and the
+    inference time (bars: median, interquartile range as error bars), as one PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,19 +92,23 @@ def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
         means = [r[f"{key}_mean"] for r in rows]
         low = [m - r[f"{key}_ci_low"] if math.isfinite(r[f"{key}_ci_low"]) else 0 for m, r in zip(means, rows)]
         high = [r[f"{key}_ci_high"] - m if math.isfinite(r[f"{key}_ci_high"]) else 0 for m, r in zip(means, rows)]
-        ax.bar(names, means, yerr=[low, high], capsize=4, color="#4c72b0", label="mean, 95 % CI")
+        x = list(range(len(rows)))
+        ax.errorbar(x, means, yerr=[low, high], fmt="o", capsize=4, color="#4c72b0", label="mean, 95 % CI")
         for i, r in enumerate(rows):
             ax.plot(
-                [i] * len(r[f"{key}_per_seed"]), r[f"{key}_per_seed"], "k.", ms=4, label="seeds" if i == 0 else None
-            )
+                [i + 0.15] * len(r[f"{key}_per_seed"]), r[f"{key}_per_seed"], "k.", ms=4,
+                label="seeds" if i == 0 else None,
+            )  # fmt: skip
+        ax.set_xticks(x, names, rotation=40, ha="right")
+        ax.set_xlim(-0.5, len(rows) - 0.5)
+        ax.grid(axis="y", alpha=0.3)
         ax.set_title(f"{TITLES[key]} ({rows[0]['seeds']} seeds)")
-        ax.tick_params(axis="x", rotation=40)
     ax = axes[-1]
     ms = [r["ms"] for r in rows]
     err = [[m - r["ms_q1"] for m, r in zip(ms, rows)], [r["ms_q3"] - m for m, r in zip(ms, rows)]]
     ax.bar(names, ms, yerr=err, capsize=4, color="#dd8452", label="median, IQR")
     ax.set_title("inference ms / image")
-    ax.tick_params(axis="x", rotation=40)
+    ax.set_xticks(range(len(rows)), names, rotation=40, ha="right")
     for a in axes:
         a.legend(fontsize=7)
     fig.tight_layout()

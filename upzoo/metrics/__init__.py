@@ -26,7 +26,7 @@ from upzoo.metrics.feature_distance import (
     module_features,
 )
 from upzoo.metrics.generative import GenerativeReport, RealImages
-from upzoo.metrics.image_quality import ImageQuality, psnr, rgb_to_y, ssim
+from upzoo.metrics.image_quality import ImageQuality, psnr, psnr_ssim, rgb_to_y, ssim
 from upzoo.metrics.spectrum import (
     RadialSpectrum,
     SpectralDecay,
@@ -49,6 +49,7 @@ __all__ = [
     "image_checkerboard",
     "psnr",
     "ssim",
+    "psnr_ssim",
     "rgb_to_y",
     "ImageQuality",
     "BoundaryIoU",

@@ -11,25 +11,27 @@ from __future__ import annotations
 
 import math
 
+import cv2
+import numpy as np
 import torch
-import torch.nn.functional as F
 
 from upzoo.checks import check_finite, check_positive_int
 from upzoo.errors import ShapeError
 
-__all__ = ["rgb_to_y", "psnr", "ssim", "ImageQuality"]
+__all__ = ["rgb_to_y", "psnr", "ssim", "psnr_ssim", "ImageQuality"]
 
 _Y_WEIGHTS = (65.481, 128.553, 24.966)
 _WINDOW, _SIGMA = 11, 1.5
+_C1, _C2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
 
 
 def rgb_to_y(images: torch.Tensor) -> torch.Tensor:
     """``(B, 3, H, W)`` RGB in [0, 1] -> ``(B, 1, H, W)`` luma Y on the 0-255 scale (16..235),
     rounded as BasicSR's ``to_y_channel`` rounds it (float32 steps)."""
-    x = images.float().double()
-    weights = torch.tensor(_Y_WEIGHTS, dtype=torch.float64, device=images.device)
-    y = torch.einsum("bchw,c->bhw", x, weights) + 16.0
-    return ((y / 255.0).float() * 255.0).double()[:, None]
+    x = images.float()
+    y = x[:, 0].double().mul_(_Y_WEIGHTS[0])
+    y.add_(x[:, 1].double(), alpha=_Y_WEIGHTS[1]).add_(x[:, 2].double(), alpha=_Y_WEIGHTS[2]).add_(16.0)
+    return y.div_(255.0).float().mul_(255.0).double()[:, None]
 
 
 def _prepared(output: torch.Tensor, target: torch.Tensor, crop_border: int, y_channel: bool) -> tuple:
@@ -57,6 +59,11 @@ def _prepared(output: torch.Tensor, target: torch.Tensor, crop_border: int, y_ch
     return output.double() * 255.0, target.double() * 255.0
 
 
+def _psnr(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    mse = (a - b).pow_(2).mean(dim=(1, 2, 3))
+    return torch.where(mse == 0, math.inf, 10.0 * torch.log10(255.0**2 / mse))
+
+
 def psnr(output: torch.Tensor, target: torch.Tensor, *, crop_border: int = 0, y_channel: bool = False) -> torch.Tensor:
     """Per-image PSNR in dB (``inf`` for identical images) of ``(B, C, H, W)`` images in [0, 1].
 
@@ -67,21 +74,46 @@ def psnr(output: torch.Tensor, target: torch.Tensor, *, crop_border: int = 0, y_
     Raises:
         ShapeError: images that are not float ``(B, C, H, W)`` of one shape, or too small for the crop.
     """
-    a, b = _prepared(output, target, crop_border, y_channel)
-    mse = (a - b).pow(2).mean(dim=(1, 2, 3))
-    return torch.where(mse == 0, math.inf, 10.0 * torch.log10(255.0**2 / mse))
+    return _psnr(*_prepared(output, target, crop_border, y_channel))
 
 
-def _gaussian_window(device: torch.device) -> torch.Tensor:
-    offsets = torch.arange(_WINDOW, dtype=torch.float64, device=device) - _WINDOW // 2
-    kernel = torch.exp(-(offsets**2) / (2 * _SIGMA**2))
+def _gaussian_window() -> np.ndarray:
+    offsets = np.arange(_WINDOW, dtype=np.float64) - _WINDOW // 2
+    kernel = np.exp(-(offsets**2) / (2 * _SIGMA**2))
     return kernel / kernel.sum()
 
 
-def _blur(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
-    """The valid part of a separable Gaussian filter of ``(N, 1, H, W)``."""
-    x = F.conv2d(x, kernel.view(1, 1, -1, 1))
-    return F.conv2d(x, kernel.view(1, 1, 1, -1))
+def _blurred(images: torch.Tensor, kernel: np.ndarray) -> torch.Tensor:
+    """The valid part of a separable Gaussian filter of each ``(H, W)`` float64 image in ``images``
+    ``(N, H, W)`` (OpenCV's separable filter, images split over the torch threads: PyTorch has no
+    fast float64 convolution on the CPU)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    source = images.contiguous().numpy()
+    out = np.empty_like(source)
+
+    def blur(index: int) -> None:
+        cv2.sepFilter2D(source[index], cv2.CV_64F, kernel, kernel, dst=out[index])
+
+    workers = max(1, min(torch.get_num_threads(), len(source)))
+    with ThreadPoolExecutor(workers) as pool:  # OpenCV releases the GIL
+        list(pool.map(blur, range(len(source))))
+    half = _WINDOW // 2
+    return torch.from_numpy(out)[:, half:-half, half:-half]
+
+
+def _ssim(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    batch, channels = a.shape[:2]
+    a, b = (x.reshape(-1, *x.shape[2:]).cpu() for x in (a, b))
+    kernel = _gaussian_window()
+    mu_a, mu_b = _blurred(a, kernel), _blurred(b, kernel)
+    mu_ab = mu_a * mu_b
+    mu_a = mu_a.square()
+    mu_b = mu_b.square()
+    var_sum = _blurred(a * a, kernel).add_(_blurred(b * b, kernel)).sub_(mu_a).sub_(mu_b).add_(_C2)
+    cov = _blurred(a * b, kernel).sub_(mu_ab)
+    index = mu_ab.mul_(2).add_(_C1).mul_(cov.mul_(2).add_(_C2)).div_(mu_a.add_(mu_b).add_(_C1).mul_(var_sum))
+    return index.mean(dim=(1, 2)).view(batch, channels).mean(1)
 
 
 def ssim(output: torch.Tensor, target: torch.Tensor, *, crop_border: int = 0, y_channel: bool = False) -> torch.Tensor:
@@ -94,17 +126,19 @@ def ssim(output: torch.Tensor, target: torch.Tensor, *, crop_border: int = 0, y_
     Raises:
         ShapeError: as :func:`psnr`.
     """
+    return _ssim(*_prepared(output, target, crop_border, y_channel)).to(output.device)
+
+
+def psnr_ssim(
+    output: torch.Tensor, target: torch.Tensor, *, crop_border: int = 0, y_channel: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`psnr` and :func:`ssim` at once, the images checked, cropped and converted once.
+
+    Raises:
+        ShapeError: as :func:`psnr`.
+    """
     a, b = _prepared(output, target, crop_border, y_channel)
-    batch, channels = a.shape[:2]
-    a, b = a.reshape(-1, 1, *a.shape[2:]), b.reshape(-1, 1, *b.shape[2:])
-    kernel = _gaussian_window(a.device)
-    mu_a, mu_b = _blur(a, kernel), _blur(b, kernel)
-    var_a = _blur(a * a, kernel) - mu_a**2
-    var_b = _blur(b * b, kernel) - mu_b**2
-    cov = _blur(a * b, kernel) - mu_a * mu_b
-    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
-    index = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
-    return index.mean(dim=(1, 2, 3)).view(batch, channels).mean(1)
+    return _psnr(a, b).to(output.device), _ssim(a, b).to(output.device)
 
 
 class ImageQuality:
@@ -128,9 +162,9 @@ class ImageQuality:
 
     @torch.no_grad()
     def update(self, output: torch.Tensor, target: torch.Tensor) -> None:
-        options = {"crop_border": self.crop_border, "y_channel": self.y_channel}
-        self.psnr_values += psnr(output, target, **options).tolist()
-        self.ssim_values += ssim(output, target, **options).tolist()
+        values = psnr_ssim(output, target, crop_border=self.crop_border, y_channel=self.y_channel)
+        self.psnr_values += values[0].tolist()
+        self.ssim_values += values[1].tolist()
 
     def compute(self) -> dict[str, float]:
         """``psnr`` and ``ssim``: the means over the images so far (NaN before any)."""

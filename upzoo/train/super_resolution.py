@@ -15,7 +15,7 @@ from torch import nn
 
 from upzoo.data.bicubic import imresize
 from upzoo.metrics.checkerboard import image_checkerboard
-from upzoo.metrics.image_quality import psnr, ssim
+from upzoo.metrics.image_quality import psnr, psnr_ssim
 from upzoo.metrics.spectrum import image_spectral_error
 from upzoo.models import build_model
 from upzoo.models.super_resolution import SRDiscriminator
@@ -48,9 +48,10 @@ def image_metrics(output: torch.Tensor, target: torch.Tensor, scale: int) -> dic
     output = torch.round(output.clamp(0, 1) * 255.0) / 255.0
     crop = {"crop_border": scale}
     _, error = image_spectral_error(_square(output), _square(target))
+    psnr_y, ssim_y = psnr_ssim(output, target, y_channel=True, **crop)
     return {
-        "psnr_y": float(psnr(output, target, y_channel=True, **crop)[0]),
-        "ssim_y": float(ssim(output, target, y_channel=True, **crop)[0]),
+        "psnr_y": float(psnr_y[0]),
+        "ssim_y": float(ssim_y[0]),
         "psnr_rgb": float(psnr(output, target, **crop)[0]),
         "spectral_error": error,
         "checkerboard": image_checkerboard(output, period=scale),
