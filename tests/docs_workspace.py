@@ -21,7 +21,7 @@ def _train(recipe: dict, run: Path, cache: Path) -> None:
 
 
 def build_workspace(path: Path, root: Path) -> Path:
-    """Runs at ``runs/{quickstart,volume,dcgan}-<time>``, ``street.png``, ``photos/``, ``scans/``,
+    """Runs at ``runs/{quickstart,volume,dcgan,sr}-<time>``, ``street.png``, ``photos/``, ``scans/``,
     ``Task01/dataset.json`` (a ``test`` list), ``model.onnx`` (the quickstart run's) and ``recipes``."""
     from upzoo.data.volumes import write_nifti
     from upzoo.inference.export import export_model
@@ -43,6 +43,11 @@ def build_workspace(path: Path, root: Path) -> Path:
     _train(
         {"model": dcgan, "data": gan_data, "train": gan_train, "eval": {"gan_images": 16}}, runs / "dcgan-<time>", cache
     )
+
+    espcn = {"architecture": "espcn", "scale": 2, "channels": [4, 4]}
+    sr_data = {"kind": "package_images", "package_train": ["chelsea"], "package_val": ["coffee"],
+               "crop_size": [32, 32], "patches_per_image": 2, "batch_size": 2}  # fmt: skip
+    _train({"model": espcn, "data": sr_data}, runs / "sr-<time>", cache)
 
     rng = np.random.default_rng(0)
     for name in ("street.png", "photos/a.png", "photos/b.png"):
