@@ -4,6 +4,7 @@ adversarial term), eval, predict (tiled equals whole, 16-bit in and out) and exp
 from __future__ import annotations
 
 import json
+import math
 
 import cv2
 import numpy as np
@@ -221,3 +222,16 @@ def test_16_bit_gray_and_rgba_inputs_are_read_at_full_precision(tmp_path):
     assert bits == 16 and image.shape == (3, 9, 7) and torch.equal(image[0], torch.from_numpy(gray / 65535).float())
     image, bits = read_unit_image(tmp_path / "rgba.png", 3)  # alpha dropped, BGR -> RGB
     assert torch.equal(image[0], torch.from_numpy(rgba[..., 2] / 65535).float())
+
+
+def test_a_flat_held_out_image_has_no_spectral_error_and_the_means_skip_it():
+    from upzoo.train.super_resolution import _means, image_metrics
+
+    flat = torch.zeros(1, 3, 40, 40)
+    flat[..., :20, :] = 1.0  # two flat halves: rings of no power
+    row = image_metrics(flat.clone(), flat, 2)
+    assert math.isnan(row["spectral_error"]) and row["psnr_y"] == math.inf
+    textured = torch.rand(1, 3, 40, 40, generator=torch.Generator().manual_seed(0))
+    other = image_metrics(textured.flip(-1), textured, 2)
+    means = _means([row, other])
+    assert means["spectral_error"] == other["spectral_error"] and means["psnr_y"] == math.inf

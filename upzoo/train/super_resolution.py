@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from upzoo.data.bicubic import imresize
+from upzoo.errors import ShapeError
 from upzoo.metrics.checkerboard import image_checkerboard
 from upzoo.metrics.image_quality import psnr, psnr_ssim
 from upzoo.metrics.spectrum import image_spectral_error
@@ -44,10 +45,14 @@ def _square(images: torch.Tensor) -> torch.Tensor:
 
 def image_metrics(output: torch.Tensor, target: torch.Tensor, scale: int) -> dict[str, float]:
     """The task's metrics of one ``(1, C, H, W)`` output against its high-resolution target, both
-    in [0, 1] (the output rounded to 8 bits first, as a saved image is)."""
+    in [0, 1] (the output rounded to 8 bits first, as a saved image is). The spectral error is NaN
+    for a target with frequency rings of no power (flat or band-limited images): the means skip it."""
     output = torch.round(output.clamp(0, 1) * 255.0) / 255.0
     crop = {"crop_border": scale}
-    _, error = image_spectral_error(_square(output), _square(target))
+    try:
+        _, error = image_spectral_error(_square(output), _square(target))
+    except ShapeError:  # a flat or band-limited image has rings without power: no spectral error for it
+        error = math.nan
     psnr_y, ssim_y = psnr_ssim(output, target, y_channel=True, **crop)
     return {
         "psnr_y": float(psnr_y[0]),
@@ -59,7 +64,12 @@ def image_metrics(output: torch.Tensor, target: torch.Tensor, scale: int) -> dic
 
 
 def _means(rows: list[dict[str, Any]]) -> dict[str, float]:
-    return {key: math.fsum(row[key] for row in rows) / len(rows) for key in METRICS}
+    """Each metric's mean over the images where it is defined (NaN where it is nowhere)."""
+    means = {}
+    for key in METRICS:
+        values = [row[key] for row in rows if not math.isnan(row[key])]
+        means[key] = math.fsum(values) / len(values) if values else math.nan
+    return means
 
 
 @torch.no_grad()
