@@ -76,7 +76,7 @@ def basicsr_to_y(img_bgr_255: np.ndarray) -> np.ndarray:
     return ((y / 255.0).astype(np.float32) * 255.0)[..., None]
 
 
-def basicsr_psnr(img, img2, crop_border, test_y_channel=False):
+def _basicsr_crop_and_y(img, img2, crop_border, test_y_channel):
     if crop_border:
         img, img2 = (
             img[crop_border:-crop_border, crop_border:-crop_border],
@@ -84,6 +84,11 @@ def basicsr_psnr(img, img2, crop_border, test_y_channel=False):
         )
     if test_y_channel:
         img, img2 = basicsr_to_y(img), basicsr_to_y(img2)
+    return img, img2
+
+
+def basicsr_psnr(img, img2, crop_border, test_y_channel=False):
+    img, img2 = _basicsr_crop_and_y(img, img2, crop_border, test_y_channel)
     mse = np.mean((img.astype(np.float64) - img2.astype(np.float64)) ** 2)
     return float("inf") if mse == 0 else 10.0 * np.log10(255.0 * 255.0 / mse)
 
@@ -101,13 +106,7 @@ def _basicsr_ssim_channel(img, img2):
 
 
 def basicsr_ssim(img, img2, crop_border, test_y_channel=False):
-    if crop_border:
-        img, img2 = (
-            img[crop_border:-crop_border, crop_border:-crop_border],
-            img2[crop_border:-crop_border, crop_border:-crop_border],
-        )
-    if test_y_channel:
-        img, img2 = basicsr_to_y(img), basicsr_to_y(img2)
+    img, img2 = _basicsr_crop_and_y(img, img2, crop_border, test_y_channel)
     img, img2 = img.astype(np.float64), img2.astype(np.float64)
     return float(np.mean([_basicsr_ssim_channel(img[..., i], img2[..., i]) for i in range(img.shape[2])]))
 

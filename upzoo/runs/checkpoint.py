@@ -46,19 +46,8 @@ CHECKPOINT_KEYS = {  # what each kind of run writes into its checkpoints
         "recipe",
         "model_spec",
     ),
-    "super_resolution": (
-        "kind",
-        "run_id",
-        "model",
-        "optimizers",
-        "schedulers",
-        "step",
-        "best_metric",
-        "rng",
-        "recipe",
-        "model_spec",
-    ),
 }
+CHECKPOINT_KEYS["super_resolution"] = CHECKPOINT_KEYS["segmentation"]  # one model, best.pt by a metric
 
 
 def _digest(value: Any, h: hashlib._Hash) -> None:
