@@ -59,7 +59,6 @@ def upscale_files(
     planned = planned_outputs(named, out, overwrite, lambda name: {"image": out / f"{name}.png"})
     lock = FolderLock(out, f"another upzoo predict is writing into {out}; wait for it or choose another --out",
                       name=".predict.lock", transient=True)  # fmt: skip
-    rows, failed = [], []
     with lock, terminate_as_interrupt():
         planned = planned_outputs(named, out, overwrite, lambda name: {"image": out / f"{name}.png"})
         rows, failed = _run(loaded, named, planned, tile, halo, torch.device(device), amp, keep_going, progress)
