@@ -219,9 +219,13 @@ def test_16_bit_gray_and_rgba_inputs_are_read_at_full_precision(tmp_path):
     cv2.imwrite(str(tmp_path / "gray.png"), gray)
     cv2.imwrite(str(tmp_path / "rgba.png"), rgba)
     image, bits = read_unit_image(tmp_path / "gray.png", 3)
-    assert bits == 16 and image.shape == (3, 9, 7) and torch.equal(image[0], torch.from_numpy(gray / 65535).float())
+    assert (
+        bits == 16
+        and image.shape == (3, 9, 7)
+        and torch.equal(image[0], torch.from_numpy(gray.astype(np.float32) / 65535.0))
+    )
     image, bits = read_unit_image(tmp_path / "rgba.png", 3)  # alpha dropped, BGR -> RGB
-    assert torch.equal(image[0], torch.from_numpy(rgba[..., 2] / 65535).float())
+    assert torch.equal(image[0], torch.from_numpy(rgba[..., 2].astype(np.float32) / 65535.0))
 
 
 def test_a_flat_held_out_image_has_no_spectral_error_and_the_means_skip_it():
