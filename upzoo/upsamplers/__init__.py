@@ -1,5 +1,6 @@
 """The built-in upsampling blocks, one family per file. Importing this package registers them all."""
 
+from upzoo.upsamplers.anyup import AnyupUpsampler
 from upzoo.upsamplers.base import Upsampler
 from upzoo.upsamplers.carafe import CarafeUpsampler
 from upzoo.upsamplers.dysample import DySampleUpsampler
@@ -7,6 +8,9 @@ from upzoo.upsamplers.fade import FadeUpsampler
 from upzoo.upsamplers.fir import FirUpsampler
 from upzoo.upsamplers.interp_conv import InterpConvUpsampler
 from upzoo.upsamplers.interpolate import InterpolateUpsampler
+from upzoo.upsamplers.jafar import JafarUpsampler
+from upzoo.upsamplers.jbu import JbuUpsampler
+from upzoo.upsamplers.loftup import LoftupUpsampler
 from upzoo.upsamplers.pixel_shuffle import PixelShuffleUpsampler, icnr_, pixel_shuffle_nd
 from upzoo.upsamplers.sapa import SapaUpsampler
 from upzoo.upsamplers.transposed import CheckerboardWarning, TransposedConvUpsampler, transposed_output_size
@@ -17,6 +21,10 @@ __all__ = [
     "DySampleUpsampler",
     "FadeUpsampler",
     "FirUpsampler",
+    "JbuUpsampler",
+    "JafarUpsampler",
+    "LoftupUpsampler",
+    "AnyupUpsampler",
     "SapaUpsampler",
     "InterpConvUpsampler",
     "InterpolateUpsampler",
