@@ -44,7 +44,8 @@ def test_built_ins_are_listed_with_wildcards_and_kinds():
 
 def test_unknown_name_lists_the_options_and_the_closest_match():
     with pytest.raises(
-        RegistryError, match=r"unknown upsampler 'pixelshuffle'; registered: anyup, carafe, .*did you mean 'pixel_shuffle'\?"
+        RegistryError,
+        match=r"unknown upsampler 'pixelshuffle'; registered: anyup, carafe, .*did you mean 'pixel_shuffle'\?",
     ):
         create_upsampler("pixelshuffle", spatial_dims=2, in_channels=2, out_channels=2, scale=2)
 

@@ -105,7 +105,8 @@ class JbuUpsampler(ImageGuidedUpsampler):
         keys = self.range_proj(F.pad(rows_with_halo(guide, band, r, "replicate"), (r, r, 0, 0), mode="replicate"))
         centre = keys[:, :, r:-r, r:-r]
         height, width = centre.shape[-2:]
-        scores = torch.stack([(keys[:, :, i : i + height, j : j + width] * centre).sum(1) for i, j in self.offsets()], 1)
+        windows = [keys[:, :, i : i + height, j : j + width] for i, j in self.offsets()]
+        scores = torch.stack([(window * centre).sum(1) for window in windows], dim=1)
         temperature = self.range_temperature.exp().clamp(1e-4, 1e4)
         spatial = torch.exp(-self.distance.to(guide.dtype) / (2 * self.sigma_spatial**2))
         combined = (scores * temperature).softmax(dim=1) * spatial[:, None, None]

@@ -44,7 +44,9 @@ class _CrossAttentionLayer(nn.Module):
         self.norm_q, self.norm_kv = nn.LayerNorm(width), nn.LayerNorm(kv_channels)
         self.q, self.k, self.v = nn.Linear(width, width), nn.Linear(kv_channels, width), nn.Linear(kv_channels, width)
         self.out = nn.Linear(width, width)
-        self.feed_forward = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.GELU(), nn.Linear(width, width))
+        self.feed_forward = nn.Sequential(
+            nn.LayerNorm(width), nn.Linear(width, width), nn.GELU(), nn.Linear(width, width)
+        )
 
     def forward(self, queries: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         b, n, d = queries.shape
@@ -53,7 +55,8 @@ class _CrossAttentionLayer(nn.Module):
             return t.view(b, t.shape[1], self.heads, d // self.heads).transpose(1, 2)
 
         kv = self.norm_kv(kv)
-        attended = F.scaled_dot_product_attention(heads(self.q(self.norm_q(queries))), heads(self.k(kv)), heads(self.v(kv)))
+        q = heads(self.q(self.norm_q(queries)))
+        attended = F.scaled_dot_product_attention(q, heads(self.k(kv)), heads(self.v(kv)))
         queries = queries + self.out(attended.transpose(1, 2).reshape(b, n, d))
         return queries + self.feed_forward(queries)
 
@@ -110,7 +113,10 @@ class LoftupUpsampler(ImageGuidedUpsampler):
         width = self.in_channels + key_pe if width is None else check_positive_int(width, "width")
         heads = check_positive_int(heads, "heads")
         if width % heads:
-            raise ConfigError(f"loftup width ({width}) must be divisible by heads ({heads}); set width, e.g. {width - width % heads + heads}")
+            raise ConfigError(
+                f"loftup width ({width}) must be divisible by heads ({heads}); set width, e.g. "
+                f"{width - width % heads + heads}"
+            )
         self.width, n, values = width, check_positive_int(frequencies, "frequencies"), self.guide_channels + 2
         self.register_buffer("query_freqs", _frequencies(n), persistent=False)
         self.register_buffer("key_freqs", _frequencies(KEY_FREQUENCIES), persistent=False)
@@ -121,7 +127,8 @@ class LoftupUpsampler(ImageGuidedUpsampler):
         self.conv1, self.norm1 = nn.Conv2d(start, width, 3, padding=(0, 1)), ChannelNorm(width)
         self.conv2, self.norm2 = nn.Conv2d(width, width, 3, padding=(0, 1)), ChannelNorm(width)
         kv = self.in_channels + key_pe
-        self.layers = nn.ModuleList(_CrossAttentionLayer(width, kv, heads) for _ in range(check_positive_int(layers, "layers")))
+        depth = check_positive_int(layers, "layers")
+        self.layers = nn.ModuleList(_CrossAttentionLayer(width, kv, heads) for _ in range(depth))
         self.final_norm = nn.LayerNorm(width)
         self.to_features, self.out_norm = nn.Linear(width, self.in_channels), nn.LayerNorm(self.in_channels)
 
@@ -133,7 +140,8 @@ class LoftupUpsampler(ImageGuidedUpsampler):
         cols = (torch.arange(width, device=guide.device, dtype=guide.dtype) + 0.5) / width * 2 - 1
         grid = torch.stack(torch.meshgrid(rows, cols, indexing="ij")).expand(image.shape[0], 2, -1, -1)
         values = torch.cat([grid, image], dim=1)
-        return self.norm0(torch.cat([fourier_features(values, self.query_freqs.to(guide.dtype), self.query_phase), image], 1))
+        encoded = fourier_features(values, self.query_freqs.to(guide.dtype), self.query_phase)
+        return self.norm0(torch.cat([encoded, image], dim=1))
 
     def queries(self, guide: torch.Tensor, band: Band) -> torch.Tensor:
         """``(B, width, rows, W)``: two 3x3 conv layers, each band read with the rows it needs and
