@@ -9,6 +9,7 @@ torch.Size([1, 4, 10, 14])
 from upzoo.errors import ConfigError, DataError, RegistryError, ShapeError, UpzooError
 from upzoo.filters import MaskedGaussianBlur, masked_gaussian_blur  # registers the post-filter
 from upzoo.models import DCGANDiscriminator, DCGANGenerator, UNet, build_model
+from upzoo.models.backbones import register_run_reader
 from upzoo.registry import create_upsampler, list_upsamplers, register_upsampler, upsampler_info
 from upzoo.upsamplers import Upsampler  # registers the built-in blocks
 
@@ -34,6 +35,23 @@ __all__ = [
     "load_model",
     "Predictor",
 ]
+
+
+def _read_run(kind: str):
+    """What models read from trained runs, from :mod:`upzoo.runs` (imported on first use: it sits
+    above the models, so the root package wires it in)."""
+
+    def read(*args, **kwargs):
+        from upzoo.runs import encoder_backbone
+
+        reader = encoder_backbone.run_encoder_backbone if kind == "encoder" else encoder_backbone.trained_upsampler
+        return reader(*args, **kwargs)
+
+    return read
+
+
+register_run_reader("encoder", _read_run("encoder"))
+register_run_reader("upsampler", _read_run("upsampler"))
 
 
 def __getattr__(name: str):

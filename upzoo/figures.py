@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -151,4 +152,45 @@ def super_resolution_grid(examples: Sequence[tuple[torch.Tensor, ...]], path: st
         top, left = (target.shape[-2] - size) // 2, (target.shape[-1] - size) // 2
         for image in (low, bicubic, output, target):
             tiles.append(image[..., top : top + size, left : left + size].float().clamp(0, 1).expand(3, -1, -1))
+    save_image(torch.stack(tiles), str(path), nrow=4, padding=2)
+
+
+def feature_pca(features: Sequence[torch.Tensor], basis_from: torch.Tensor) -> list[torch.Tensor]:
+    """Feature maps ``(C, H_i, W_i)`` shown as RGB: projected on the three principal components of
+    ``basis_from (C, H, W)``'s vectors, each component scaled to [0, 1] by its 1st-99th percentile
+    over ``basis_from`` (the same colours mean the same features in every map)."""
+    vectors = basis_from.flatten(1).T.double()
+    centre = vectors.mean(0)
+    _, _, v = torch.linalg.svd(vectors - centre, full_matrices=False)
+    axes = v[:3].T  # (C, 3)
+    reference = (vectors - centre) @ axes
+    low, high = torch.quantile(reference, 0.01, dim=0), torch.quantile(reference, 0.99, dim=0)
+    shown = []
+    for f in features:
+        rgb = (f.flatten(1).T.double() - centre) @ axes
+        rgb = ((rgb - low) / (high - low).clamp_min(1e-12)).clamp(0, 1)
+        shown.append(rgb.T.reshape(3, *f.shape[-2:]).float())
+    return shown
+
+
+@torch.no_grad()
+def feature_grid(
+    model: torch.nn.Module, images: Sequence[torch.Tensor], path: str | Path, *, device: Any = "cpu"
+) -> None:
+    """One row per image of a feature upsampler: the image, its backbone features (nearest), bilinear
+    upsampling of them and the model's upsampling to pixels, in the same principal-component colours
+    (the images cropped to a common size, a multiple of the stride)."""
+    from torchvision.utils import save_image
+
+    stride = model.backbone.stride
+    h, w = (min(image.shape[axis] for image in images) // stride * stride for axis in (-2, -1))
+    tiles = []
+    for image in images:
+        image = image[..., :h, :w][None].to(device)
+        low = model.backbone(image)
+        bilinear = torch.nn.functional.interpolate(low, size=(h, w), mode="bilinear", align_corners=False)
+        lifted = model(image)
+        nearest = low.repeat_interleave(stride, -2).repeat_interleave(stride, -1)
+        shown = feature_pca([nearest[0].cpu(), bilinear[0].cpu(), lifted[0].float().cpu()], low[0].cpu())
+        tiles += [image[0].cpu().clamp(0, 1), *shown]
     save_image(torch.stack(tiles), str(path), nrow=4, padding=2)

@@ -109,6 +109,12 @@ def prepare(recipe: Recipe) -> Prepared:
             recipe.data, task="super_resolution", scale=options["scale"], in_channels=options.get("in_channels", 3)
         )
         return Prepared(recipe, recipe.model, bundle, None, None, None, None)
+    if recipe.task == "feature_upsampling":  # images only: labels, if any, are not used
+        if recipe.data.kind == "cityscapes":
+            bundle = build_datasets(recipe.data, task="segmentation")
+        else:  # image folders and package photographs: their full-resolution crops ("target")
+            bundle = build_datasets(recipe.data, task="super_resolution", scale=1, in_channels=3)
+        return Prepared(recipe, recipe.model, bundle, None, *image_conventions(recipe.data))
     key = "classes" if "classes" in options else "num_classes"  # classes: smp's name, deprecated
     bundle = build_datasets(
         recipe.data, task="segmentation", num_classes=options.get(key), in_channels=options.get("in_channels")

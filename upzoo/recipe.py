@@ -31,7 +31,8 @@ __all__ = [
 @dataclass(frozen=True)
 class Recipe:
     """A validated recipe. ``task`` is ``gan`` for a ``dcgan`` model, ``super_resolution`` for
-    ``espcn``, ``edsr`` and ``rrdbnet``, else ``segmentation``."""
+    ``espcn``, ``edsr`` and ``rrdbnet``, ``feature_upsampling`` (the JAFAR objective) for
+    ``feature_upsampler``, else ``segmentation`` (``linear_probe`` included)."""
 
     model: ModelSpec
     data: DataConfig = field(default_factory=DataConfig)
@@ -40,11 +41,13 @@ class Recipe:
     source: str | None = None
 
     @property
-    def task(self) -> Literal["segmentation", "gan", "super_resolution"]:
+    def task(self) -> Literal["segmentation", "gan", "super_resolution", "feature_upsampling"]:
         from upzoo.models.factory import SUPER_RESOLUTION
 
         if self.model.architecture in SUPER_RESOLUTION:
             return "super_resolution"
+        if self.model.architecture == "feature_upsampler":
+            return "feature_upsampling"
         return "gan" if self.model.architecture == "dcgan" else "segmentation"
 
     def to_dict(self) -> dict[str, Any]:
@@ -146,8 +149,8 @@ def check_model_builds(spec: ModelSpec) -> None:
             try:
                 with torch.device("meta"):
                     build_model(spec)
-            except RuntimeError as exc:
-                if "meta tensors" not in str(exc):
+            except (RuntimeError, NotImplementedError) as exc:  # weights loaded into meta tensors
+                if "meta tensor" not in str(exc):
                     raise
                 build_model(spec)
         except ConfigError as exc:
@@ -155,12 +158,34 @@ def check_model_builds(spec: ModelSpec) -> None:
 
 
 def _check_model_fits_data(recipe: Recipe) -> None:
-    """A 3D model trains on volumes, a 2D one on images; the adversarial term is super-resolution's."""
+    """A 3D model trains on volumes, a 2D one on images, a frozen backbone on pixels in [0, 1]; the
+    adversarial term is super-resolution's, the feature ratios the feature-upsampling objective's."""
     if recipe.train.adversarial_weight > 0 and recipe.task != "super_resolution":
         raise ConfigError(
             f"train.adversarial_weight is for super-resolution recipes (espcn, edsr, rrdbnet), not {recipe.task}; "
             f"remove it"
         )
+    if recipe.train.feature_ratios is not None and recipe.task != "feature_upsampling":
+        raise ConfigError(
+            f"train.feature_ratios is for feature_upsampler recipes (the JAFAR objective), not {recipe.task}; remove it"
+        )
+    from upzoo.models.factory import FROZEN_BACKBONE
+
+    if recipe.model.architecture in FROZEN_BACKBONE:
+        probe = recipe.model.architecture == "linear_probe"
+        kinds = ("cityscapes",) if probe else ("cityscapes", "images", "package_images")
+        if recipe.data.kind not in kinds:
+            what = "labelled 2D images" if probe else "2D images"
+            raise ConfigError(
+                f"{recipe.model.architecture} trains on {what}: data.kind {' or '.join(kinds)}, not "
+                f"{recipe.data.kind!r}"
+            )
+        if recipe.data.normalize != "minmax":
+            raise ConfigError(
+                f"{recipe.model.architecture} takes pixels in [0, 1] and its backbone normalises them as it was "
+                f"trained: set data.normalize: minmax, not {recipe.data.normalize!r}"
+            )
+        return
     if recipe.task != "segmentation":
         return
     dims, kind = recipe.model.options.get("spatial_dims", 2), recipe.data.kind

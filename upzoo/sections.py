@@ -157,7 +157,9 @@ class TrainConfig(_Section):
     bfloat16 or float16 autocast (float16 with a gradient scaler); ``loggers`` adds TensorBoard to the
     CSV file; GANs use ``discriminator_base_channels`` and ``discriminator_norm`` (``batch``: DCGAN's
     BatchNorm; ``spectral``: spectral normalisation, a stabiliser); super-resolution adds
-    ``adversarial_weight`` times a GAN loss to its L1 loss (0: none; SRGAN/ESRGAN use 1e-3 to 5e-3).
+    ``adversarial_weight`` times a GAN loss to its L1 loss (0: none; SRGAN/ESRGAN use 1e-3 to 5e-3);
+    the feature-upsampling objective (``feature_upsampler`` models) trains at ``feature_ratios``
+    (each step one of them, in turn; ``null``: 2 and 4).
     """
 
     epochs: PositiveInt = 10
@@ -183,6 +185,7 @@ class TrainConfig(_Section):
     discriminator_base_channels: PositiveInt = 64
     discriminator_norm: Literal["batch", "spectral"] = "batch"
     adversarial_weight: _float(ge=0) = 0.0
+    feature_ratios: tuple[Annotated[int, Field(strict=True, ge=2, le=16)], ...] | None = None
     sample_every: PositiveInt | None = None
     loggers: tuple[Literal["csv", "tensorboard"], ...] = ("csv",)
 

@@ -10,6 +10,7 @@ from torch import nn
 
 from upzoo.errors import ConfigError, did_you_mean
 from upzoo.models.dcgan import DCGANDiscriminator, DCGANGenerator
+from upzoo.models.feature_models import FeatureUpsampler, LinearProbe
 from upzoo.models.planning import plan_strides
 from upzoo.models.smp_adapter import smp_unet
 from upzoo.models.smp_decoders import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
@@ -17,11 +18,13 @@ from upzoo.models.super_resolution import EDSR, ESPCN, RRDBNet
 from upzoo.models.unet import UNet
 from upzoo.validation import validate_kwargs
 
-__all__ = ["ModelSpec", "build_model", "build_discriminator", "ARCHITECTURES", "SUPER_RESOLUTION"]
+__all__ = [
+    "ModelSpec", "build_model", "build_discriminator", "ARCHITECTURES", "SUPER_RESOLUTION", "FROZEN_BACKBONE",
+]  # fmt: skip
 
 Architecture = Literal[
     "unet", "smp_unet", "smp_fpn", "smp_upernet", "smp_segformer", "smp_deeplabv3plus", "dcgan", "espcn", "edsr",
-    "rrdbnet",
+    "rrdbnet", "feature_upsampler", "linear_probe",
 ]  # fmt: skip
 #: the architectures of the super-resolution task
 SUPER_RESOLUTION = ("espcn", "edsr", "rrdbnet")
@@ -36,7 +39,11 @@ ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {
     "espcn": ESPCN,
     "edsr": EDSR,
     "rrdbnet": RRDBNet,
+    "feature_upsampler": FeatureUpsampler,
+    "linear_probe": LinearProbe,
 }
+#: the architectures whose input is an image in [0, 1] that a frozen backbone normalises itself
+FROZEN_BACKBONE = ("feature_upsampler", "linear_probe")
 
 
 @dataclass(frozen=True)

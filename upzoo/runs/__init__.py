@@ -3,6 +3,7 @@ checkpoint format (atomic, digest-checked, ``weights_only``), and :func:`load_mo
 trained model is rebuilt — for eval, predict, sample, export and bench alike."""
 
 from upzoo.runs.checkpoint import load_checkpoint, load_weights, save_checkpoint
+from upzoo.runs.encoder_backbone import run_encoder_backbone
 from upzoo.runs.folder import RunFolder
 from upzoo.runs.state import expected_recipe, run_state
 from upzoo.runs.trained_model import LoadedModel, find_checkpoint, load_model
@@ -17,4 +18,5 @@ __all__ = [
     "find_checkpoint",
     "run_state",
     "expected_recipe",
+    "run_encoder_backbone",
 ]

@@ -48,6 +48,7 @@ CHECKPOINT_KEYS = {  # what each kind of run writes into its checkpoints
     ),
 }
 CHECKPOINT_KEYS["super_resolution"] = CHECKPOINT_KEYS["segmentation"]  # one model, best.pt by a metric
+CHECKPOINT_KEYS["feature_upsampling"] = CHECKPOINT_KEYS["segmentation"]
 
 
 def _digest(value: Any, h: hashlib._Hash) -> None:
@@ -119,7 +120,8 @@ def load_checkpoint(
     path: str | Path, *, kind: str | None = None, purpose: str = "", map_location: str | torch.device = "cpu"
 ) -> dict[str, Any]:
     """Load and verify a checkpoint written by :func:`save_checkpoint`; with ``kind``
-    (``segmentation``, ``gan`` or ``super_resolution``) also that it is a complete checkpoint of that kind of run.
+    (``segmentation``, ``gan``, ``super_resolution`` or ``feature_upsampling``) also that it is a
+    complete checkpoint of that kind of run.
 
     Raises:
         DataError: missing, truncated, unreadable or modified file (digest mismatch), a file holding

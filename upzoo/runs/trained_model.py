@@ -14,7 +14,7 @@ from torch import nn
 from upzoo.errors import DataError
 from upzoo.models import ModelSpec, build_model
 from upzoo.recipe import Recipe, parse_recipe
-from upzoo.runs.checkpoint import load_checkpoint, load_weights
+from upzoo.runs.checkpoint import CHECKPOINT_KEYS, load_checkpoint, load_weights
 from upzoo.runtime import resolve_device
 
 __all__ = ["LoadedModel", "load_model", "find_checkpoint"]
@@ -103,9 +103,10 @@ def load_model(
     checkpoint = find_checkpoint(path)
     state = load_checkpoint(checkpoint, kind=kind, purpose=purpose)
     kind = state.get("kind")
-    if kind not in ("segmentation", "gan", "super_resolution") or "model_spec" not in state or "recipe" not in state:
+    if kind not in CHECKPOINT_KEYS or "model_spec" not in state or "recipe" not in state:
         raise DataError(
-            f"{checkpoint} is not a complete checkpoint of an upzoo segmentation, GAN or super-resolution run"
+            f"{checkpoint} is not a complete checkpoint of an upzoo segmentation, GAN, super-resolution or "
+            f"feature-upsampling run"
         )
     recipe = parse_recipe({**state["recipe"], "model": state["model_spec"]}, source=str(checkpoint))
     spec = ModelSpec.from_dict(state["model_spec"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from upzoo.train.feature_upsampling import FeatureUpsamplingTask
 from upzoo.train.super_resolution import SuperResolutionTask
 from upzoo.train.tasks import GanTask, SegmentationTask, Task
 
@@ -14,10 +15,11 @@ __all__ = ["make_task"]
 
 
 def make_task(prepared: Prepared) -> Task:
-    """GAN for ``dcgan`` models, super-resolution for ``espcn``/``edsr``/``rrdbnet``, segmentation
-    otherwise. The initial weights follow ``train.seed``."""
+    """GAN for ``dcgan`` models, super-resolution for ``espcn``/``edsr``/``rrdbnet``, the JAFAR
+    objective for ``feature_upsampler``, segmentation otherwise (``linear_probe`` included). The
+    initial weights follow ``train.seed``."""
     from upzoo.runtime import seed_everything
 
     seed_everything(prepared.recipe.train.seed)
-    tasks = {"gan": GanTask, "super_resolution": SuperResolutionTask}
+    tasks = {"gan": GanTask, "super_resolution": SuperResolutionTask, "feature_upsampling": FeatureUpsamplingTask}
     return tasks.get(prepared.task, SegmentationTask)(prepared)

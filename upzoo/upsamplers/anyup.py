@@ -99,12 +99,14 @@ class AnyupUpsampler(JafarUpsampler):
 
     def build_key_path(self) -> None:
         qk = self.qk_dim
-        self.feature_encoder = nn.Sequential(FeatureUnification(qk, self.kernel_size), PointwiseEncoder(qk, qk))
-        self.aggregation = nn.Sequential(nn.Conv2d(2 * qk, qk, 3, padding=1, bias=False), PointwiseEncoder(qk, qk))
+        self.unification, self.feature_encoder = FeatureUnification(qk, self.kernel_size), PointwiseEncoder(qk, qk)
+        self.aggregation_conv = nn.Conv2d(2 * qk, qk, 3, padding=1, bias=False)
+        self.aggregation = PointwiseEncoder(qk, qk)
 
     def keys(self, x: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
-        features = self.feature_encoder(F.normalize(x, dim=1))
-        return self.aggregation(torch.cat([pooled, features], dim=1))
+        features = self.feature_encoder(self.unification(F.normalize(x, dim=1)).permute(0, 2, 3, 1))
+        both = torch.cat([pooled, features], dim=-1).permute(0, 3, 1, 2)
+        return self.aggregation(self.aggregation_conv(both).permute(0, 2, 3, 1))
 
     def mask(self, rows: torch.Tensor, cols: torch.Tensor, size: tuple) -> torch.Tensor | None:
         return window_mask(rows, cols, size[0], size[1], self.window)

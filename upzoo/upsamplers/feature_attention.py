@@ -15,10 +15,11 @@ __all__ = ["AxialRope", "FeatureCrossAttention", "window_mask"]
 
 
 class AxialRope(nn.Module):
-    """Rotary position encoding in 2D (Su et al. 2021, per axis): the channels of ``(B, C, H, W)``
-    in four quarters; the pairs (1st, 2nd) turn by ``row * f_k``, (3rd, 4th) by ``col * f_k``, with
-    coordinates in ``[0, 1]`` (pixel centres) and ``f_k = 2 pi theta^(-k / (C/4 - 1))`` — JAFAR's
-    frequencies (theta 100), fixed here rather than learned. A query at high resolution and a key
+    """Rotary position encoding in 2D (Su et al. 2021, per axis): the channels of channels-last
+    pixels ``(B, H, W, C)`` in four quarters; the pairs (1st, 2nd) turn by ``row * f_k``, (3rd,
+    4th) by ``col * f_k``, with coordinates in ``[0, 1]`` (pixel centres) and
+    ``f_k = 2 pi theta^(-k / (C/4 - 1))`` — JAFAR's frequencies (theta 100), fixed here rather than
+    learned. A query at high resolution and a key
     at low resolution at the same place of the image get the same rotation."""
 
     def __init__(self, channels: int, theta: float = 100.0) -> None:
@@ -32,9 +33,9 @@ class AxialRope(nn.Module):
 
     def forward(self, x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         freqs = self.freqs.to(x.dtype)
-        row_angle = (rows[:, None] * freqs).T[:, :, None]  # (C/4, H, 1)
-        col_angle = (cols[:, None] * freqs).T[:, None, :]  # (C/4, 1, W)
-        a, b, c, d = x.chunk(4, dim=1)
+        row_angle = (rows[:, None] * freqs)[:, None, :]  # (H, 1, C/4)
+        col_angle = (cols[:, None] * freqs)[None, :, :]  # (1, W, C/4)
+        a, b, c, d = x.chunk(4, dim=-1)
         return torch.cat(
             [
                 a * row_angle.cos() - b * row_angle.sin(),
@@ -42,7 +43,7 @@ class AxialRope(nn.Module):
                 c * col_angle.cos() - d * col_angle.sin(),
                 c * col_angle.sin() + d * col_angle.cos(),
             ],
-            dim=1,
+            dim=-1,
         )
 
 

@@ -57,17 +57,18 @@ class ChannelNorm(nn.LayerNorm):
 
 
 class PointwiseEncoder(nn.Module):
-    """``(B, C_in, H, W) -> (B, width, H, W)``: a 1x1 convolution and ``blocks`` residual blocks
-    of (norm, SiLU, 1x1 conv) x 2 — JAFAR's and AnyUp's encoders with the per-pixel channel norm
-    in place of their GroupNorm over the image (which would make a tile depend on the whole)."""
+    """``(..., C_in) -> (..., width)`` on channels-last pixels: a linear layer and ``blocks``
+    residual blocks of (LayerNorm, SiLU, linear) x 2 — JAFAR's and AnyUp's 1x1-conv encoders, with
+    the per-pixel LayerNorm in place of their GroupNorm over the image (which would make a tile
+    depend on the whole)."""
 
     def __init__(self, in_channels: int, width: int, blocks: int = 2) -> None:
         super().__init__()
-        self.stem = nn.Conv2d(in_channels, width, 1, bias=False)
+        self.stem = nn.Linear(in_channels, width, bias=False)
         self.blocks = nn.ModuleList(
             nn.Sequential(
-                ChannelNorm(width), nn.SiLU(), nn.Conv2d(width, width, 1),
-                ChannelNorm(width), nn.SiLU(), nn.Conv2d(width, width, 1),
+                nn.LayerNorm(width), nn.SiLU(), nn.Linear(width, width),
+                nn.LayerNorm(width), nn.SiLU(), nn.Linear(width, width),
             )
             for _ in range(blocks)
         )  # fmt: skip

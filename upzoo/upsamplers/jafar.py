@@ -13,7 +13,7 @@ from torch import nn
 from upzoo.checks import check_positive_int
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.feature_attention import AxialRope, FeatureCrossAttention
-from upzoo.upsamplers.image_guided import Band, ChannelNorm, ImageGuidedUpsampler, PointwiseEncoder, halo_rows
+from upzoo.upsamplers.image_guided import Band, ImageGuidedUpsampler, PointwiseEncoder, halo_rows
 
 __all__ = ["JafarUpsampler"]
 
@@ -69,7 +69,7 @@ class JafarUpsampler(ImageGuidedUpsampler):
         self.attention = FeatureCrossAttention(qk, check_positive_int(heads, "heads"))
         self.image_encoder = PointwiseEncoder(self.guide_channels, qk)
         self.query_encoder, self.key_encoder = PointwiseEncoder(qk, qk), PointwiseEncoder(qk, qk)
-        self.query_norm = ChannelNorm(qk, elementwise_affine=False)
+        self.query_norm = nn.LayerNorm(qk, elementwise_affine=False)
         self.query_conv = nn.Conv2d(qk, qk, 3, padding=(0, 1), bias=False)
         self.build_key_path()
 
@@ -77,12 +77,12 @@ class JafarUpsampler(ImageGuidedUpsampler):
         """JAFAR's keys: the SFT modulation by the normalised features."""
         qk = self.qk_dim
         self.feature_encoder = PointwiseEncoder(self.in_channels, qk)
-        self.key_norm = ChannelNorm(qk, elementwise_affine=False)
-        self.gamma, self.beta = nn.Conv2d(qk, qk, 1, bias=False), nn.Conv2d(qk, qk, 1, bias=False)
+        self.key_norm = nn.LayerNorm(qk, elementwise_affine=False)
+        self.gamma, self.beta = nn.Linear(qk, qk, bias=False), nn.Linear(qk, qk, bias=False)
 
     def keys(self, x: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
-        """``(B, qk, h, w)`` keys from the pooled image encoding and the features."""
-        features = self.feature_encoder(F.normalize(x, dim=1))
+        """``(B, h, w, qk)`` keys from the pooled image encoding ``(B, h, w, qk)`` and the features."""
+        features = self.feature_encoder(F.normalize(x, dim=1).permute(0, 2, 3, 1))
         return self.gamma(features) * self.key_norm(pooled) + self.beta(features)
 
     def mask(self, rows: torch.Tensor, cols: torch.Tensor, size: tuple) -> torch.Tensor | None:
@@ -90,42 +90,53 @@ class JafarUpsampler(ImageGuidedUpsampler):
         return None
 
     def encoded(self, guide: torch.Tensor, top: int, bottom: int) -> torch.Tensor:
-        """The rotary-encoded image encoding of guide rows ``[top, bottom)``."""
+        """The rotary-encoded image encoding of guide rows ``[top, bottom)``, ``(B, rows, W, qk)``."""
         height, width = guide.shape[-2:]
-        encoding = self.image_encoder(guide[..., top:bottom, :])
+        encoding = self.image_encoder(guide[..., top:bottom, :].permute(0, 2, 3, 1))
         rows = (torch.arange(top, bottom, device=guide.device, dtype=encoding.dtype) + 0.5) / height
         cols = (torch.arange(width, device=guide.device, dtype=encoding.dtype) + 0.5) / width
         return self.rope(encoding, rows, cols)
 
-    def pooled_keys(self, guide: torch.Tensor, ratio: tuple[int, int]) -> torch.Tensor:
-        """``E_k(E(I))`` average-pooled onto the feature grid, in bands of whole feature rows."""
+    def pooled_keys(self, guide: torch.Tensor, ratio: tuple[int, int], encoded: torch.Tensor | None) -> torch.Tensor:
+        """``E_k(E(I))`` average-pooled onto the feature grid, ``(B, h, w, qk)``: from ``encoded``
+        (the whole image's encoding) when given, else in bands of whole feature rows."""
+        if encoded is not None:
+            return self._pool(self.key_encoder(encoded), ratio)
         height = guide.shape[-2]
         bands = [(0, height)]
         if self.chunk is not None and isinstance(height, int) and not torch.compiler.is_compiling():
             step = -(-self.chunk // ratio[0]) * ratio[0]
             bands = [(s, min(s + step, height)) for s in range(0, height, step)]
-        parts = [F.avg_pool2d(self.key_encoder(self.encoded(guide, s, e)), ratio, ratio) for s, e in bands]
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)
+        parts = [self._pool(self.key_encoder(self.encoded(guide, s, e)), ratio) for s, e in bands]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
-    def queries(self, guide: torch.Tensor, band: Band) -> torch.Tensor:
-        """``(B, qk, rows, W)`` queries of a band of output rows (one row of halo for the 3x3 conv)."""
+    @staticmethod
+    def _pool(pixels: torch.Tensor, ratio: tuple[int, int]) -> torch.Tensor:
+        return F.avg_pool2d(pixels.permute(0, 3, 1, 2), ratio, ratio).permute(0, 2, 3, 1)
+
+    def queries(self, guide: torch.Tensor, band: Band, encoded: torch.Tensor | None) -> torch.Tensor:
+        """``(B, qk, rows, W)`` queries of a band of output rows (one row of halo for the 3x3 conv);
+        the whole image's from ``encoded`` when given."""
         top, bottom, pad_top, pad_bottom = halo_rows(band, 1, guide.shape[-2])
-        q = self.query_norm(self.query_encoder(self.encoded(guide, top, bottom)))
+        encoded = self.encoded(guide, top, bottom) if band is not None or encoded is None else encoded
+        q = self.query_norm(self.query_encoder(encoded)).permute(0, 3, 1, 2)
         return self.query_conv(F.pad(q, (0, 0, pad_top, pad_bottom)))
 
     def lift(self, x: torch.Tensor, guide: torch.Tensor, ratio: tuple[int, int]) -> torch.Tensor:
         b, c, h, w = x.shape
         height, width = guide.shape[-2:]
-        keys = self.keys(x, self.pooled_keys(guide, ratio)).flatten(2).transpose(1, 2)  # (B, hw, qk)
+        whole = self.chunk is None or not isinstance(height, int) or height <= self.chunk
+        encoded = self.encoded(guide, 0, height) if whole else None  # computed once for keys and queries
+        keys = self.keys(x, self.pooled_keys(guide, ratio, encoded)).flatten(1, 2)  # (B, hw, qk)
         values = x.flatten(2).transpose(1, 2)  # (B, hw, C)
         cols = (torch.arange(width, device=x.device, dtype=x.dtype) + 0.5) / width
 
         def rows_of(band: Band) -> torch.Tensor:
-            q = self.queries(guide, band)
+            q = self.queries(guide, band, encoded)
             n = q.shape[-2]
             start = 0 if band is None else band[0]
             rows = (torch.arange(start, start + n, device=x.device, dtype=x.dtype) + 0.5) / height
-            out = self.attention(q.flatten(2).transpose(1, 2), keys, values, self.mask(rows, cols, (h, w)))
+            out = self.attention(q.permute(0, 2, 3, 1).flatten(1, 2), keys, values, self.mask(rows, cols, (h, w)))
             return out.transpose(1, 2).reshape(b, c, n, width)
 
         return self.in_bands(height, rows_of)

@@ -135,8 +135,8 @@ class JbuUpsampler(ImageGuidedUpsampler):
             kernel, source = self.kernel(guide, band), self.bicubic_rows(x, factor, band)
             height, width = kernel.shape[-2:]
             out = torch.zeros(x.shape[0], x.shape[1], height, width, device=x.device, dtype=x.dtype)
-            for t, (i, j) in enumerate(self.offsets()):
-                out = out + kernel[:, t : t + 1] * source[:, :, i : i + height, j : j + width]
+            for t, (i, j) in enumerate(self.offsets()):  # in place: one pass over the output per offset
+                out.addcmul_(kernel[:, t : t + 1], source[:, :, i : i + height, j : j + width])
             return out
 
         return self.in_bands(guide.shape[-2], rows_of)

@@ -1,0 +1,190 @@
+"""Frozen backbones for feature upsampling: any timm model by name with weights from a local file
+(nothing is downloaded), a trained upzoo run's encoder, or any module; the features of one named
+layer, at its stride, from an image in [0, 1] normalised as the backbone expects."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from upzoo.checks import check_positive_int, is_int
+from upzoo.errors import ConfigError, ShapeError, did_you_mean
+
+__all__ = [
+    "FrozenBackbone", "timm_backbone", "build_backbone", "register_run_reader", "read_run", "RANDOM_WEIGHTS",
+]  # fmt: skip
+
+RANDOM_WEIGHTS = "random"  # ``weights: random``: the architecture with random weights (seed 0), said plainly
+#: How models read a trained run without importing :mod:`upzoo.runs` (which imports the models):
+#: ``encoder`` (path, layer) -> FrozenBackbone and ``upsampler`` (path) -> (spec options, state dict);
+#: the root package registers both (from :mod:`upzoo.runs`, imported on first use).
+_RUN_READERS: dict[str, Callable[..., Any]] = {}
+
+
+def register_run_reader(kind: str, reader: Callable[..., Any]) -> None:
+    """Register how models read part of a trained run (``encoder`` or ``upsampler``)."""
+    _RUN_READERS[kind] = reader
+
+
+def read_run(kind: str, path: str | Path, **options: Any) -> Any:
+    """Call the run reader of ``kind`` (see :func:`register_run_reader`)."""
+    return _RUN_READERS[kind](path, **options)  # registered by upzoo/__init__.py, which Python runs first
+
+
+class FrozenBackbone(nn.Module):
+    """``image (B, 3, H, W) in [0, 1] -> features (B, channels, H / stride, W / stride)``, never
+    trained: no parameter takes a gradient and the module stays in eval mode.
+
+    Args:
+        extract: ``normalised image -> features`` (the model's layer).
+        channels, stride: the features' width and stride (``H`` and ``W`` must be multiples of it).
+        mean, std: the normalisation the backbone was trained with (per channel, on [0, 1] pixels).
+        name: what the backbone is (for messages and ``repr``).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        extract: Callable[[torch.Tensor], torch.Tensor],
+        *,
+        channels: int,
+        stride: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        name: str,
+    ) -> None:
+        super().__init__()
+        self.model, self._extract, self.name = model, extract, name
+        self.channels, self.stride = check_positive_int(channels, "channels"), check_positive_int(stride, "stride")
+        self.register_buffer("mean", torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(list(std), dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
+        self.model.requires_grad_(False)
+        self.model.eval()
+
+    def train(self, mode: bool = True) -> FrozenBackbone:
+        super().train(mode)
+        self.model.eval()  # frozen: BatchNorm statistics and dropout stay as trained
+        return self
+
+    def check_size(self, spatial: Sequence[int]) -> None:
+        """Raise ``ShapeError`` unless every side is a multiple of the stride."""
+        if any(int(s) % self.stride for s in spatial):
+            fitted = [int(s) - int(s) % self.stride or self.stride for s in spatial]
+            raise ShapeError(
+                f"{self.name} has stride {self.stride}: image sides must be multiples of it, got {list(spatial)}; "
+                f"crop or resize to e.g. {fitted}"
+            )
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        if image.dim() != 4 or image.shape[1] != self.mean.shape[1]:
+            raise ShapeError(
+                f"{self.name} takes images (B, {self.mean.shape[1]}, H, W) in [0, 1], got shape {tuple(image.shape)}"
+            )
+        self.check_size(image.shape[-2:])
+        with torch.no_grad():
+            return self._extract((image - self.mean.to(image.dtype)) / self.std.to(image.dtype))
+
+    def extra_repr(self) -> str:
+        return f"{self.name}, channels={self.channels}, stride={self.stride}"
+
+
+def _create_timm(name: str, weights: str | Path) -> nn.Module:
+    import timm
+
+    if name not in timm.list_models():
+        raise ConfigError(f"timm does not know a model {name!r}{did_you_mean(name, timm.list_models())}")
+    options: dict[str, Any] = {"num_classes": 0}
+    if weights != RANDOM_WEIGHTS:
+        path = Path(weights).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"backbone weights {str(path)!r} is not a file; give a local weights file or 'random'")
+        options.update(pretrained=True, pretrained_cfg_overlay={"file": str(path), "num_classes": 0})
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # "random" weights are the same in every run, whatever train.seed is
+            try:
+                return timm.create_model(name, dynamic_img_size=True, **options)  # ViTs: any image size
+            except TypeError:
+                return timm.create_model(name, **options)
+    except RuntimeError as error:
+        text = str(error)
+        if "state_dict" not in text:
+            raise _unreadable(weights, error) from None
+        counts = {kind: text.split(f"{kind} key(s) in state_dict:")[1].split("\n")[0].count('"') // 2
+                  for kind in ("Missing", "Unexpected") if f"{kind} key(s)" in text}  # fmt: skip
+        detail = ", ".join(f"{n} {kind.lower()} keys" for kind, n in counts.items()) or "tensors of other shapes"
+        raise ConfigError(
+            f"backbone weights {str(weights)!r} do not fit timm model {name!r} ({detail}): weights of another "
+            f"architecture? Give the timm name the file was saved from"
+        ) from None
+    except Exception as error:  # noqa: BLE001 - torch.load / safetensors: not a weights file
+        raise _unreadable(weights, error) from None
+
+
+def _unreadable(weights: str | Path, error: Exception) -> ConfigError:
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return ConfigError(
+        f"backbone weights {str(weights)!r} cannot be read as a state dict (a .pth/.bin/.safetensors file of "
+        f"tensors): {first[:160]}"
+    )
+
+
+def timm_backbone(name: str, weights: str | Path, layer: int | None = None) -> FrozenBackbone:
+    """A timm model's features at ``layer`` (an index into its ``feature_info``: the blocks of a
+    ViT, the stages of a CNN; None: the last), weights from a local file (``weights="random"``:
+    random weights drawn with seed 0, the same in every run). The last layer of a ViT is taken after its final norm.
+
+    Raises:
+        ConfigError: an unknown name, a weights file that does not fit, a layer that does not exist.
+    """
+    model = _create_timm(name, weights)
+    info = list(model.feature_info)
+    last = len(info) - 1
+    layer = last if layer is None else layer
+    if not is_int(layer) or not 0 <= layer <= last:
+        strides = sorted({f["reduction"] for f in info})
+        raise ConfigError(
+            f"{name} has no layer {layer!r}: layers are 0..{last} ({', '.join(f['module'] for f in info[:3])}, ...; "
+            f"strides {strides})"
+        )
+    norm = {"norm": True} if layer == last and hasattr(model, "blocks") else {}
+
+    def extract(x: torch.Tensor) -> torch.Tensor:
+        return model.forward_intermediates(x, indices=[layer], intermediates_only=True, stop_early=True, **norm)[0]
+
+    cfg = model.pretrained_cfg
+    source = "random weights" if weights == RANDOM_WEIGHTS else Path(weights).name
+    return FrozenBackbone(
+        model, extract, channels=info[layer]["num_chs"], stride=info[layer]["reduction"], mean=cfg["mean"],
+        std=cfg["std"], name=f"timm {name} layer {layer} ({source})",
+    )  # fmt: skip
+
+
+def build_backbone(
+    backbone: str | nn.Module, weights: str | Path | None = None, layer: int | None = None
+) -> FrozenBackbone:
+    """The one way a model gets its backbone: a :class:`FrozenBackbone` as it is, ``"run:PATH"`` (a
+    trained upzoo run's encoder), or a timm name with ``weights`` (a local file or ``"random"``).
+
+    Raises:
+        ConfigError: a timm backbone without weights, an unknown source, and the errors of the loaders.
+    """
+    if isinstance(backbone, FrozenBackbone):
+        return backbone
+    if not isinstance(backbone, str):
+        raise ConfigError(
+            f"backbone is a timm name, 'run:PATH' or a FrozenBackbone, got {type(backbone).__name__}; wrap a module "
+            f"with FrozenBackbone(module, extract, channels=..., stride=..., mean=..., std=..., name=...)"
+        )
+    if backbone.startswith("run:"):
+        return read_run("encoder", backbone[len("run:") :], layer=layer)
+    if weights is None:
+        raise ConfigError(
+            f"backbone {backbone!r} needs weights: a local weights file (nothing is downloaded) or 'random' "
+            f"(seeded random weights)"
+        )
+    return timm_backbone(backbone, weights, layer)
