@@ -1,0 +1,228 @@
+"""Frozen backbones (timm by name with local weights, a run's encoder), the feature-upsampler and
+linear-probe models, the JAFAR-objective task, and their bad input: one line each, before training."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import timm
+import torch
+
+from conftest import run_cli, small_recipe
+from upzoo import ConfigError, ShapeError
+from upzoo.models.backbones import build_backbone, timm_backbone
+from upzoo.models.feature_models import FeatureUpsampler, LinearProbe
+from upzoo.recipe import parse_recipe
+from upzoo.train.engine import train
+from upzoo.train.feature_upsampling import feature_loss
+
+VIT = "vit_tiny_patch16_224"
+
+
+@pytest.fixture(scope="module")
+def vit_weights(tmp_path_factory):
+    """A state dict of timm's ViT-Ti/16 on disk (as a user's downloaded weights would be)."""
+    path = tmp_path_factory.mktemp("weights") / "vit_tiny.pth"
+    torch.manual_seed(3)
+    torch.save(timm.create_model(VIT, num_classes=0).state_dict(), path)
+    return path
+
+
+def test_timm_backbone_loads_local_weights_and_stays_frozen(vit_weights):
+    backbone = timm_backbone(VIT, vit_weights, layer=5)
+    saved = torch.load(vit_weights)
+    assert torch.equal(backbone.model.patch_embed.proj.weight, saved["patch_embed.proj.weight"])
+    assert (backbone.channels, backbone.stride) == (192, 16)
+    backbone.train()
+    assert not backbone.model.training and not any(p.requires_grad for p in backbone.parameters())
+    image = torch.rand(2, 3, 32, 48)
+    features = backbone(image)
+    reference = timm.create_model(VIT, num_classes=0, dynamic_img_size=True)
+    reference.load_state_dict(saved)
+    normalised = (image - 0.5) / 0.5  # the ViT's own mean and std
+    expected = reference.forward_intermediates(normalised, indices=[5], intermediates_only=True)[0]
+    torch.testing.assert_close(features, expected)
+    assert features.shape == (2, 192, 2, 3)
+
+
+def test_random_weights_are_the_same_in_every_run():
+    torch.manual_seed(1)
+    first = timm_backbone(VIT, "random")
+    torch.manual_seed(2)
+    second = timm_backbone(VIT, "random")
+    assert torch.equal(first.model.pos_embed, second.model.pos_embed)
+
+
+@pytest.mark.parametrize(
+    "name, weights, layer, message",
+    [
+        ("vit_tiny_patch16", "random", None, "timm does not know a model 'vit_tiny_patch16'; did you mean"),
+        (VIT, "random", 12, r"vit_tiny_patch16_224 has no layer 12: layers are 0..11"),
+        (VIT, "random", -1, r"has no layer -1"),
+        (VIT, "/no/such/file.pth", None, "is not a file; give a local weights file or 'random'"),
+        (VIT, None, None, "needs weights: a local weights file \\(nothing is downloaded\\) or 'random'"),
+    ],
+)
+def test_bad_backbones_are_one_line_config_errors(name, weights, layer, message):
+    with pytest.raises(ConfigError, match=message):
+        build_backbone(name, weights, layer)
+
+
+def test_weights_of_another_architecture_or_no_weights_at_all(tmp_path):
+    torch.save(timm.create_model("resnet18", num_classes=0).state_dict(), tmp_path / "r18.pth")
+    with pytest.raises(
+        ConfigError, match=r"do not fit timm model 'vit_tiny_patch16_224' \(\d+ missing keys, \d+ unexpected keys\)"
+    ):
+        timm_backbone(VIT, tmp_path / "r18.pth")
+    (tmp_path / "notes.txt").write_text("not weights")
+    with pytest.raises(ConfigError, match="cannot be read as a state dict"):
+        timm_backbone(VIT, tmp_path / "notes.txt")
+
+
+def test_images_must_be_multiples_of_the_stride():
+    backbone = timm_backbone(VIT, "random")
+    with pytest.raises(
+        ShapeError, match=r"stride 16: image sides must be multiples of it, got \[40, 48\]; .* e.g. \[32, 48\]"
+    ):
+        backbone(torch.rand(1, 3, 40, 48))
+    with pytest.raises(ShapeError, match=r"takes images \(B, 3, H, W\) in \[0, 1\], got shape \(1, 1, 32, 32\)"):
+        backbone(torch.rand(1, 1, 32, 32))
+
+
+def test_a_runs_encoder_is_a_backbone(seg_run):
+    backbone = build_backbone(f"run:{seg_run}", layer=1)
+    assert (backbone.channels, backbone.stride) == (8, 2)
+    from upzoo.runs import load_model
+
+    loaded = load_model(seg_run)
+    image = torch.rand(1, 3, 32, 64)
+    normalised = (image - torch.tensor(loaded.mean).view(1, 3, 1, 1)) / torch.tensor(loaded.std).view(1, 3, 1, 1)
+    torch.testing.assert_close(backbone(image), loaded.model.encoder(normalised)[1])
+    with pytest.raises(ConfigError, match=r"the run's encoder has no layer 5: layers are 0..1 with strides \[1, 2\]"):
+        build_backbone(f"run:{seg_run}", layer=5)
+
+
+@pytest.mark.parametrize("upsampler", ["jafar", "jbu", "loftup", "anyup", "interpolate", "carafe", "sapa"])
+def test_feature_upsampler_lifts_features_to_pixels(upsampler):
+    options = {"jafar": {"qk_dim": 16}, "anyup": {"qk_dim": 16}, "loftup": {"width": 196}}.get(upsampler)
+    model = FeatureUpsampler(backbone=VIT, weights="random", layer=2, upsampler=upsampler, upsampler_options=options)
+    image = torch.rand(1, 3, 32, 48)
+    assert model(image).shape == (1, 192, 32, 48)
+
+
+def test_the_objective_pairs_downscaled_features_with_the_full_images():
+    model = FeatureUpsampler(backbone=VIT, weights="random", upsampler="jafar", upsampler_options={"qk_dim": 16})
+    images = torch.rand(2, 3, 64, 128)
+    prediction, target, low = model(images, ratio=2)
+    torch.testing.assert_close(target, model.backbone(images))
+    torch.testing.assert_close(low, model.backbone(torch.nn.functional.avg_pool2d(images, 2)))
+    assert prediction.shape == target.shape == (2, 192, 4, 8)
+    assert float(feature_loss(target, target)) == pytest.approx(0.0, abs=1e-6)
+    assert float(feature_loss(-target, target)) > 2.0
+
+
+def test_probe_refuses_an_untrained_learned_block():
+    with pytest.raises(ConfigError, match="carafe has learned weights: give upsampler_run .* or train_upsampler: true"):
+        LinearProbe(num_classes=3, backbone=VIT, weights="random", upsampler="carafe")
+    probe = LinearProbe(num_classes=3, backbone=VIT, weights="random", upsampler="carafe", train_upsampler=True)
+    trained = {n for n, p in probe.named_parameters() if p.requires_grad}
+    assert trained and all(n.startswith(("head.", "features.upsampler.")) for n in trained)
+    assert probe(torch.rand(1, 3, 32, 32)).shape == (1, 3, 32, 32)
+
+
+def _feature_recipe(cache, **model):
+    recipe = small_recipe(
+        cache,
+        model={"architecture": "feature_upsampler", "backbone": VIT, "weights": "random", "upsampler": "jafar",
+               "upsampler_options": {"qk_dim": 16}, **model},
+        data={"normalize": "minmax", "synthetic_size": [32, 64], "crop_size": [32, 64]},
+        train={"max_steps": 2, "feature_ratios": [2]},
+    )  # fmt: skip
+    for key in ("spatial_dims", "in_channels", "num_classes", "channels"):
+        recipe["model"].pop(key)
+    return recipe
+
+
+def test_objective_trains_only_the_block_and_a_probe_uses_it(tmp_path):
+    run = tmp_path / "featup"
+    train(parse_recipe(_feature_recipe(tmp_path / "cache")), run, progress=False)
+    summary = json.loads((run / "summary.json").read_text())
+    assert set(summary["val"]["per_ratio"]) == {"2"} and 0 < summary["val"]["cosine_bilinear"] <= 1
+    assert (run / "predictions.png").stat().st_size > 0
+    state = torch.load(run / "last.pt", weights_only=True)["model"]
+    fresh = FeatureUpsampler(backbone=VIT, weights="random", upsampler="jafar", upsampler_options={"qk_dim": 16})
+    for name, value in fresh.backbone.state_dict().items():  # the backbone did not move
+        assert torch.equal(state[f"backbone.{name}"], value)
+    assert any(not torch.equal(state[f"upsampler.{n}"], v) for n, v in fresh.upsampler.state_dict().items())
+
+    probe = LinearProbe(num_classes=19, backbone=VIT, weights="random", upsampler_run=str(run))
+    for name, value in probe.features.upsampler.state_dict().items():
+        assert torch.equal(value, state[f"upsampler.{name}"])
+    assert not any(p.requires_grad for p in probe.features.parameters())
+    with pytest.raises(ConfigError, match=r"was trained on layer=None, the probe has layer=3"):
+        LinearProbe(num_classes=19, backbone=VIT, weights="random", layer=3, upsampler_run=str(run))
+    with pytest.raises(ConfigError, match=r"trained 'jafar' .*; leave upsampler and upsampler_options unset"):
+        LinearProbe(num_classes=19, backbone=VIT, weights="random", upsampler="jbu", upsampler_run=str(run))
+
+
+def test_probe_recipe_trains_as_segmentation(tmp_path):
+    recipe = small_recipe(
+        tmp_path / "cache",
+        model={"architecture": "linear_probe", "backbone": VIT, "weights": "random", "upsampler": "interpolate"},
+        data={"normalize": "minmax", "synthetic_size": [32, 64], "crop_size": [32, 64]},
+    )
+    for key in ("spatial_dims", "in_channels", "channels"):
+        recipe["model"].pop(key)
+    train(parse_recipe(recipe), tmp_path / "probe", progress=False)
+    val = json.loads((tmp_path / "probe" / "summary.json").read_text())["val"]
+    assert 0 <= val["miou"] <= 1 and "boundary_fscore" in val
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"data": {"normalize": "imagenet"}},
+            "feature_upsampler takes pixels in \\[0, 1\\] .* set data.normalize: minmax",
+        ),
+        (
+            {"data": {"kind": "volumes", "crop_size": None, "synthetic_size": [8, 32, 32]}},
+            "feature_upsampler trains on 2D images: data.kind cityscapes or images or package_images",
+        ),
+        ({"train": {"feature_ratios": [1]}}, "train.feature_ratios.0"),
+        (
+            {"data": {"crop_size": [32, 48]}},
+            r"data.crop_size \[32, 48\]: .* \(32\); use sides that are multiples of it, e.g. \[32, 32\]",
+        ),
+        (
+            {"model": {"upsampler": "carafe", "upsampler_options": None}},
+            "'carafe' has one fixed scale; use jbu, jafar, loftup or anyup",
+        ),
+    ],
+)
+def test_bad_feature_recipes_fail_before_training(tmp_path, change, message):
+    recipe = _feature_recipe(tmp_path / "cache")
+    for section, values in change.items():
+        recipe[section].update(values)
+    with pytest.raises(ConfigError, match=message):
+        train(parse_recipe(recipe), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_feature_ratios_belong_to_the_feature_task(tmp_path):
+    recipe = small_recipe(tmp_path / "cache", train={"feature_ratios": [2]})
+    with pytest.raises(
+        ConfigError, match="train.feature_ratios is for feature_upsampler recipes .* not segmentation; remove it"
+    ):
+        parse_recipe(recipe)
+
+
+def test_cli_reports_a_bad_backbone_in_one_line(tmp_path):
+    import yaml
+
+    recipe = _feature_recipe(tmp_path / "cache", backbone="vit_tiny_patch16")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
+    result = run_cli("train", tmp_path / "r.yaml", "--out", tmp_path / "run")
+    assert result.returncode == 1
+    assert "timm does not know a model 'vit_tiny_patch16'" in result.stderr and "Traceback" not in result.stderr
