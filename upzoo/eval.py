@@ -37,6 +37,8 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
         return evaluate_generator(recipe, checkpoint)
     if recipe.task == "super_resolution":
         return evaluate_upscaler(recipe, checkpoint)
+    if recipe.task == "feature_upsampling":
+        return evaluate_feature_upsampler(recipe, checkpoint)
     device = resolve_device(recipe.train.device, "train.device")
     loaded = load_model(checkpoint, device=device, kind="segmentation", purpose="upzoo eval")  # the one way in
     spec, model = loaded.spec, loaded.model
@@ -123,3 +125,24 @@ def evaluate_upscaler(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]:
     metrics, _ = evaluate_super_resolution(loaded.model, prepared.data.val, loaded.spec.options["scale"], device,
                                            precision, keep=0)  # fmt: skip
     return {**metrics, "scale": loaded.spec.options["scale"], "checkpoint": str(checkpoint), "step": loaded.step}
+
+
+def evaluate_feature_upsampler(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]:
+    """A feature-upsampling checkpoint on ``recipe``'s validation images: per ratio of
+    ``train.feature_ratios``, the cosine similarity of its upsampled features (and of bilinear's) to
+    the full images' features, and its loss.
+
+    Raises:
+        ConfigError: data that does not fit the model. DataError: a missing or corrupt checkpoint.
+    """
+    from dataclasses import replace
+
+    from upzoo.prepare import prepare
+    from upzoo.train.feature_upsampling import DEFAULT_RATIOS, evaluate_feature_upsampling
+
+    device = resolve_device(recipe.train.device, "train.device")
+    loaded = load_model(checkpoint, device=device, kind="feature_upsampling", purpose="upzoo eval")
+    prepared = prepare(replace(recipe, model=loaded.spec))
+    ratios = tuple(recipe.train.feature_ratios or DEFAULT_RATIOS)
+    metrics = evaluate_feature_upsampling(loaded.model, prepared.data.val, ratios, device)
+    return {**metrics, "checkpoint": str(checkpoint), "step": loaded.step}

@@ -89,8 +89,12 @@ def check_variants(recipe: Any, variants: Sequence[Variant]) -> None:
 
 
 #: variant options that are model keys, not the block's: ``transposed:post_filter=masked_blur``,
-#: ``transposed:last_upsampler=interp_conv`` (a generator's last stage alone)
-MODEL_KEYS = ("post_filter", "post_filter_options", "last_upsampler", "last_upsampler_options")
+#: ``transposed:last_upsampler=interp_conv`` (a generator's last stage alone), and a linear probe's
+#: ``jafar:upsampler_run=runs/featup-jafar`` or ``carafe:train_upsampler=true``
+MODEL_KEYS = (
+    "post_filter", "post_filter_options", "last_upsampler", "last_upsampler_options", "upsampler_run",
+    "train_upsampler",
+)  # fmt: skip
 
 
 def variant_recipe(recipe: Any, variant: Variant, seed: int) -> Any:

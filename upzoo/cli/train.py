@@ -163,6 +163,18 @@ def _upscaler_table(result: dict) -> str:
             f"{result['images']} images")  # fmt: skip
 
 
+def _feature_table(result: dict) -> str:
+    """Per ratio: the upsampler's cosine similarity to the full images' features beside bilinear's."""
+    from upzoo.tables import render_table
+
+    rows = [{"ratio": f"x{r}", "cosine": v["cosine"], "bilinear cosine": v["cosine_bilinear"], "loss": v["loss"]}
+            for r, v in result["per_ratio"].items()]  # fmt: skip
+    rows.append({"ratio": "mean", "cosine": result["cosine"], "bilinear cosine": result["cosine_bilinear"],
+                 "loss": result["loss"]})  # fmt: skip
+    return (f"{render_table(rows, list(rows[0]))}\n\nfeatures of images pooled by the ratio, upsampled back to the "
+            f"full images' feature grid; {result['images']} images")  # fmt: skip
+
+
 def _generative_line(result: dict) -> str:
     """A generator's metrics on one line (what is there: SWD needs 16x16 images, KID/FD features)."""
     parts = [f"SWD {result['swd']:.2f}" if "swd" in result else "",
@@ -213,6 +225,9 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
         return
     if recipe.task == "super_resolution":
         click.echo(to_json(result) if as_json else _upscaler_table(result))
+        return
+    if recipe.task == "feature_upsampling":
+        click.echo(to_json(result) if as_json else _feature_table(result))
         return
     if as_json:
         names = result["class_names"]

@@ -330,6 +330,13 @@ def export_model(
     if fmt not in FORMATS:
         raise ConfigError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     start = time.perf_counter()
+    from upzoo.models.factory import FROZEN_BACKBONE
+
+    if loaded.spec.architecture in FROZEN_BACKBONE:
+        raise ConfigError(
+            f"{loaded.spec.architecture} runs do not export yet: a timm backbone's dynamic image size does not "
+            f"trace with dynamic shapes; the upsampling blocks themselves export (torch.onnx.export of the block)"
+        )
     model = loaded.model.float().cpu().eval()
     out = Path(out) if out is not None else _default_out(loaded, fmt)
     _check_target(out, fmt, overwrite)

@@ -1,10 +1,12 @@
 """Models with pluggable upsamplers: U-Net (2D/3D); smp's U-Net, FPN, UPerNet, SegFormer and
 DeepLabV3+ with registered blocks at their upsampling points; DCGAN; the super-resolution networks
-ESPCN, EDSR and RRDBNet; and the factory."""
+ESPCN, EDSR and RRDBNet; feature upsampling on frozen backbones and its linear probe; and the factory."""
 
+from upzoo.models.backbones import FrozenBackbone, build_backbone, timm_backbone
 from upzoo.models.dcgan import DCGAN_TRANSPOSED_OPTIONS, DCGANDiscriminator, DCGANGenerator
 from upzoo.models.encoders import PlainEncoder, SmpEncoder, create_encoder, load_encoder_weights
 from upzoo.models.factory import ModelSpec, build_discriminator, build_model
+from upzoo.models.feature_models import FeatureUpsampler, LinearProbe
 from upzoo.models.planning import plan_strides
 from upzoo.models.smp_adapter import smp_unet
 from upzoo.models.smp_decoders import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
@@ -17,6 +19,11 @@ __all__ = [
     "EDSR",
     "RRDBNet",
     "SRDiscriminator",
+    "FeatureUpsampler",
+    "LinearProbe",
+    "FrozenBackbone",
+    "build_backbone",
+    "timm_backbone",
     "DCGANGenerator",
     "DCGANDiscriminator",
     "DCGAN_TRANSPOSED_OPTIONS",

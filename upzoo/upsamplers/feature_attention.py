@@ -67,10 +67,13 @@ class FeatureCrossAttention(nn.Module):
         b, n, d = queries.shape
         q = self.q(self.norm_q(queries)).view(b, n, self.heads, d // self.heads).transpose(1, 2)
         k = self.k(self.norm_k(keys)).view(b, keys.shape[1], self.heads, d // self.heads).transpose(1, 2)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(d // self.heads)  # (B, heads, N, M)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        return scores.softmax(dim=-1).mean(dim=1)
+        weights = 0
+        for head in range(self.heads):  # one head's (B, N, M) scores at a time: a quarter of the memory
+            scores = q[:, head] @ k[:, head].transpose(-1, -2) / math.sqrt(d // self.heads)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = weights + scores.softmax(dim=-1)
+        return weights / self.heads
 
     def forward(
         self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None
