@@ -92,14 +92,16 @@ def shrink(path: Path, cache: str) -> list[str]:
 
 def _recipe_cases():
     """Every shipped recipe; of the resnet18 U-Net recipes, of the DCGAN recipes, which differ only in
-    their upsampler (and post-filter or resolution), and of the smp decoder recipes (whose models
-    have their own tests), one each runs by default and the others under ``-m slow``."""
+    their upsampler (and post-filter or resolution), of the smp decoder recipes (whose models have
+    their own tests), of the SR and the feature-upsampling recipes, one each runs by default and the
+    others under ``-m slow``."""
     defaults = {
         "cityscapes_unet_": "cityscapes_unet_transposed",
         "dcgan_": "dcgan_transposed",
         "scenes_": "scenes_fpn",
         "cityscapes_": "cityscapes_unet_transposed",
         "sr_": "sr_espcn_x2",
+        "featup_": "featup_jafar",
     }
     for path in RECIPES:
         same_model = any(path.stem.startswith(k) and path.stem != v for k, v in defaults.items())
@@ -110,7 +112,8 @@ def _recipe_cases():
 def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     loaded = load_recipe(recipe)
     assert loaded.model.architecture in ("unet", "dcgan", "smp_fpn", "smp_upernet", "smp_segformer",
-                                         "smp_deeplabv3plus", "espcn", "edsr", "rrdbnet")  # fmt: skip
+                                         "smp_deeplabv3plus", "espcn", "edsr", "rrdbnet", "feature_upsampler",
+                                         "linear_probe")  # fmt: skip
     assert loaded.data.root is None
     overrides = [value for value in shrink(recipe, cache) if value != "--set"]
     summary = train(load_recipe(recipe, overrides), tmp_path / "run", progress=False)  # in-process: no start-up
@@ -123,6 +126,9 @@ def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     elif loaded.task == "super_resolution":
         assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
         assert summary["val"]["per_image"][0]["image"] == "coffee" and summary["val"]["bicubic_psnr_y"] > 20
+    elif loaded.task == "feature_upsampling":
+        assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
+        assert -1 <= summary["val"]["cosine"] <= 1 and set(summary["val"]["per_ratio"]) == {"2", "4"}
     else:
         assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
         assert 0 <= summary["val"]["miou"] <= 1
