@@ -213,9 +213,35 @@ def test_bad_feature_recipes_fail_before_training(tmp_path, change, message):
 def test_feature_ratios_belong_to_the_feature_task(tmp_path):
     recipe = small_recipe(tmp_path / "cache", train={"feature_ratios": [2]})
     with pytest.raises(
-        ConfigError, match="train.feature_ratios is for feature_upsampler recipes .* not segmentation; remove it"
+        ConfigError,
+        match="train.feature_ratios is read by feature_upsampling recipes only, and this is a segmentation recipe",
     ):
         parse_recipe(recipe)
+
+
+@pytest.mark.parametrize(
+    "train_keys, message",
+    [
+        ({"loss": "ce+dice"}, "train.loss is read by segmentation recipes only, and this is a feature_upsampling"),
+        ({"class_weights": "balanced"}, "train.class_weights is read by segmentation recipes only"),
+        ({"sample_every": 5}, "train.sample_every is read by gan recipes only"),
+        ({"discriminator_norm": "spectral"}, "train.discriminator_norm is read by gan recipes only"),
+        ({"discriminator_base_channels": 8}, "read by gan and super_resolution recipes only"),
+    ],
+)
+def test_train_keys_a_task_does_not_read_are_refused(tmp_path, train_keys, message):
+    recipe = _feature_recipe(tmp_path / "cache")
+    recipe["train"].update(train_keys)
+    with pytest.raises(ConfigError, match=message):
+        parse_recipe(recipe)
+
+
+def test_an_sr_discriminator_size_needs_the_adversarial_term():
+    from test_super_resolution_use import sr_recipe
+
+    with pytest.raises(ConfigError, match="discriminator_base_channels sizes the discriminator of train.adversarial"):
+        parse_recipe(sr_recipe(train__discriminator_base_channels=16))
+    parse_recipe(sr_recipe(train__discriminator_base_channels=16, train__adversarial_weight=0.01))
 
 
 def test_cli_reports_a_bad_backbone_in_one_line(tmp_path):

@@ -102,7 +102,7 @@ def test_bad_data_sources_are_refused(tmp_path):
     del recipe["data"]["package_train"], recipe["data"]["package_val"]
     with pytest.raises(DataError, match="train/ and val/ subfolders"):
         prepare(parse_recipe(recipe))
-    with pytest.raises(ConfigError, match="adversarial_weight is for super-resolution"):
+    with pytest.raises(ConfigError, match="train.adversarial_weight is read by super_resolution recipes only"):
         parse_recipe(
             {"model": {"spatial_dims": 2, "in_channels": 3, "num_classes": 2}, "train": {"adversarial_weight": 0.1}}
         )

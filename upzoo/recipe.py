@@ -157,18 +157,42 @@ def check_model_builds(spec: ModelSpec) -> None:
             raise ConfigError(f"model: {exc}") from None
 
 
+#: train keys that only some tasks read: set to anything but their default elsewhere, they are refused
+#: (a setting that is quietly ignored is worse than an error)
+_TASK_KEYS = {
+    "loss": ("segmentation",),
+    "class_weights": ("segmentation",),
+    "discriminator_norm": ("gan",),
+    "sample_every": ("gan",),
+    "discriminator_base_channels": ("gan", "super_resolution"),
+    "adversarial_weight": ("super_resolution",),
+    "feature_ratios": ("feature_upsampling",),
+}
+
+
+def _check_task_keys(recipe: Recipe) -> None:
+    """Refuse a ``train`` key set for a task that does not read it, naming the tasks that do."""
+    from upzoo.sections import TrainConfig
+
+    for key, tasks in _TASK_KEYS.items():
+        value, default = getattr(recipe.train, key), TrainConfig.model_fields[key].default
+        if value != default and recipe.task not in tasks:
+            raise ConfigError(
+                f"train.{key} is read by {' and '.join(tasks)} recipes only, and this is a {recipe.task} recipe "
+                f"({recipe.model.architecture}); remove it"
+            )
+    if recipe.train.discriminator_base_channels != 64 and recipe.task == "super_resolution":
+        if recipe.train.adversarial_weight == 0:
+            raise ConfigError(
+                "train.discriminator_base_channels sizes the discriminator of train.adversarial_weight > 0, which "
+                "is 0 here; remove it or set adversarial_weight"
+            )
+
+
 def _check_model_fits_data(recipe: Recipe) -> None:
     """A 3D model trains on volumes, a 2D one on images, a frozen backbone on pixels in [0, 1]; the
     adversarial term is super-resolution's, the feature ratios the feature-upsampling objective's."""
-    if recipe.train.adversarial_weight > 0 and recipe.task != "super_resolution":
-        raise ConfigError(
-            f"train.adversarial_weight is for super-resolution recipes (espcn, edsr, rrdbnet), not {recipe.task}; "
-            f"remove it"
-        )
-    if recipe.train.feature_ratios is not None and recipe.task != "feature_upsampling":
-        raise ConfigError(
-            f"train.feature_ratios is for feature_upsampler recipes (the JAFAR objective), not {recipe.task}; remove it"
-        )
+    _check_task_keys(recipe)
     from upzoo.models.factory import FROZEN_BACKBONE
 
     if recipe.model.architecture in FROZEN_BACKBONE:
