@@ -152,3 +152,41 @@ def test_gradient_clipping_limits_the_update(tmp_path):
     after = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert float((before - after).norm()) == pytest.approx(0.5, rel=1e-4)
     trainer.run.close()
+
+
+def test_a_failed_run_releases_its_folder_and_closes_its_loggers(tmp_path):
+    """A step that raises: the trainer (still referenced, so nothing is left to its ``__del__``) has
+    released the run folder's lock and closed TensorBoard's writer before the error reaches the caller."""
+    from upzoo.prepare import prepare
+    from upzoo.runs.folder import RunFolder
+    from upzoo.runtime import FolderLock
+    from upzoo.train.engine import Trainer
+    from upzoo.train.task_factory import make_task
+
+    recipe = parse_recipe(small_recipe(tmp_path / "cache", train={"max_steps": 3, "loggers": ["csv", "tensorboard"]}))
+    task = make_task(prepare(recipe))
+
+    def broken(batch, ctx):
+        raise RuntimeError("boom")
+
+    task.step = broken
+    trainer = Trainer(task, tmp_path / "run", progress=False)
+    with pytest.raises(ConfigError, match="is in use by another run"):  # while it runs, the folder is its own
+        RunFolder(tmp_path / "run", ["step"], lock=True)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit()
+    FolderLock(tmp_path / "run", "still locked").release()  # free again
+    assert trainer.loggers and trainer.loggers[0].writer.file_writer is None  # closed: events flushed
+
+
+def test_a_trainer_that_fails_to_set_up_releases_its_folder(tmp_path):
+    from upzoo.prepare import prepare
+    from upzoo.runs.folder import RunFolder
+    from upzoo.train.engine import Trainer
+    from upzoo.train.task_factory import make_task
+
+    recipe = parse_recipe(small_recipe(tmp_path / "cache", data={"batch_size": 64}))  # more than the 4 samples
+    task = make_task(prepare(recipe))
+    with pytest.raises(ConfigError, match="data.batch_size 64 is larger than"):
+        Trainer(task, tmp_path / "run", progress=False)
+    RunFolder(tmp_path / "run", ["step"], lock=True).close()

@@ -139,11 +139,13 @@ def init_distributed(device: torch.device) -> DistContext:
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, owns, device)
 
 
-def finish_distributed(ctx: DistContext) -> None:
-    """Wait for every rank and tear down the process group this run created (a process that exits
-    with a live gloo group can abort on its way out)."""
+def finish_distributed(ctx: DistContext, *, wait: bool = True) -> None:
+    """Wait for every rank (``wait``; not after a failure, when the others may never come) and tear
+    down the process group this run created (a process that exits with a live gloo group can abort
+    on its way out)."""
     if ctx.enabled and ctx.owns_group and dist.is_initialized():
-        dist.barrier()
+        if wait:
+            dist.barrier()
         dist.destroy_process_group()
 
 

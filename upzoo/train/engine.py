@@ -18,7 +18,7 @@ from torch import nn
 from upzoo.errors import ConfigError
 from upzoo.figures import plot_curves
 from upzoo.machine import machine_record
-from upzoo.runs.checkpoint import load_checkpoint, load_weights, save_checkpoint
+from upzoo.runs.checkpoint import save_checkpoint
 from upzoo.runs.folder import RunFolder
 from upzoo.runtime import (
     StopFlag,
@@ -26,7 +26,6 @@ from upzoo.runtime import (
     autocast,
     needs_grad_scaler,
     resolve_device,
-    restore_rng_state,
     rng_state,
     seed_everything,
 )
@@ -46,7 +45,7 @@ from upzoo.train.distributed import (
 from upzoo.train.loggers import extra_loggers
 from upzoo.train.monitor import Throughput, check_finite, check_finite_parameters
 from upzoo.train.optim import build_optimizer, build_scheduler
-from upzoo.train.resume import check_unchanged_recipe
+from upzoo.train.resume import restore_run
 from upzoo.train.tasks import Task
 
 __all__ = ["Trainer", "train"]
@@ -74,8 +73,19 @@ class Trainer:
         autocast(self.cfg.amp, self.device)  # an amp mode this device lacks fails now, before any work
         self.ctx = init_distributed(self.device)
         self.device = self.ctx.device  # cuda:LOCAL_RANK for a DDP rank on CUDA
+        self.loggers: list[Any] = []
+        self.run: RunFolder | None = None
+        try:
+            self._set_up(run_dir)
+        except BaseException:
+            self.release(failed=True)
+            raise
+
+    def _set_up(self, run_dir: str | Path) -> None:
+        """The run folder (locked), the seed, the modules on the device, the optimisers."""
+        task = self.task
         columns = ["step", "epoch", *task.step_columns, "lr", "samples_per_s", *task.eval_columns]
-        self.run = RunFolder(run_dir, columns, resume=resume, lock=self.ctx.is_main)
+        self.run = RunFolder(run_dir, columns, resume=self.resume, lock=self.ctx.is_main)
         seed_everything(self.cfg.seed)
         if self.cfg.deterministic:  # a model with an op CUDA cannot run deterministically is refused now
             check_deterministic(task.modules, task.input_shapes(), self.device)
@@ -192,30 +202,9 @@ class Trainer:
             check_finite_parameters(self.task.modules.values(), self.step, self.run.path)
             save_checkpoint(self._state(), self.run.path / name)
 
-    def _restore(self) -> None:
-        path = self.run.path / "last.pt"
-        state = load_checkpoint(path, kind=self.task.kind, purpose=f"resuming a {self.task.kind} run")
-        if self.ctx.is_main:
-            self.run.check_checkpoint_identity(state)
-        check_unchanged_recipe(state, {**self.recipe.to_dict(), "model": self.task.prepared.model_dict()}, path)
-        for name, module in self.task.modules.items():
-            load_weights(
-                module, state[name], path, saved_spec=state["model_spec"], expected_spec=self.task.prepared.model_dict()
-            )
-        for name, optimizer in self.optimizers.items():
-            optimizer.load_state_dict(state["optimizers"][name])
-            self.schedulers[name].load_state_dict(state["schedulers"][name])
-        if self.scaler is not None and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        self.run_id, self.step, self.best = state["run_id"], state["step"], state["best_metric"]
-        self.epoch = self.step // self.steps_per_epoch
-        restore_rng_state(state["rng"])
-        if self.ctx.is_main:
-            self.run.truncate_metrics(self.step)
-
     def _start(self) -> None:
         if self.resume:
-            self._restore()
+            restore_run(self)
         elif self.ctx.is_main:
             self.run_id = self.run.start_identity()
             self.run.write_recipe({**self.recipe.to_dict(), "model": self.task.prepared.model_dict()})
@@ -313,7 +302,11 @@ class Trainer:
         Raises:
             TrainingError: a non-finite loss or parameter (the last good checkpoint is kept).
         """
-        self._start()
+        try:
+            self._start()
+        except BaseException:  # a checkpoint that does not load, a folder that cannot be written
+            self.release(failed=True)
+            raise
         bar = None
         if self.progress and self.ctx.is_main:
             from tqdm import tqdm
@@ -328,6 +321,9 @@ class Trainer:
                 if not interrupted:
                     self.evaluate()  # the final model is always evaluated (a no-op if this step already was)
                 self.save("last.pt")
+        except BaseException:
+            self.release(failed=True)
+            raise
         finally:
             restore_deterministic(kernels_before)
             if bar is not None:
@@ -351,11 +347,24 @@ class Trainer:
         }
         if self.ctx.is_main:
             atomic_write(self.run.path / "summary.json", lambda tmp: tmp.write_text(to_json(summary)))
-            for logger in self.loggers:
-                logger.close()
-        self.run.close()
-        finish_distributed(self.ctx)
+        self.release()
         return summary
+
+    def release(self, *, failed: bool = False) -> None:
+        """Close the loggers (TensorBoard flushed), release the run folder's lock and tear down the
+        process group this run created — once, after success and after a failure alike (a failed
+        rank does not wait for the others at a barrier)."""
+        if getattr(self, "_released", False):
+            return
+        self._released = True
+        try:
+            if self.ctx.is_main:
+                for logger in self.loggers:
+                    logger.close()
+        finally:
+            if self.run is not None:
+                self.run.close()
+            finish_distributed(self.ctx, wait=not failed)
 
 
 def train(

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from upzoo.errors import ConfigError, TrainingError
 from upzoo.recipe import Recipe, apply_overrides, parse_recipe
+from upzoo.runs.checkpoint import load_checkpoint, load_weights
+from upzoo.runtime import restore_rng_state
 from upzoo.yaml_files import read_yaml_file
 
-__all__ = ["resume_recipe", "check_unchanged_recipe"]
+__all__ = ["resume_recipe", "check_unchanged_recipe", "restore_run"]
 
 
 def _stored_recipe(run_dir: Path) -> dict:
@@ -68,3 +71,28 @@ def check_unchanged_recipe(state: dict, resumed: dict, checkpoint: Path) -> None
             f"{checkpoint} was trained with {section}.{key} = {theirs.get(key)!r}, but the run's recipe.yaml now says "
             f"{ours.get(key)!r}; only train and eval settings may change on --resume: undo the edit or start a new run"
         )
+
+
+def restore_run(trainer: Any) -> None:
+    """Put a :class:`~upzoo.train.engine.Trainer` back where ``RUN/last.pt`` left it: the same run
+    (its identity) of the same recipe (model and data), modules, optimisers, schedulers, scaler,
+    step, best metric and random state; ``metrics.csv`` cut back to that step."""
+    path = trainer.run.path / "last.pt"
+    state = load_checkpoint(path, kind=trainer.task.kind, purpose=f"resuming a {trainer.task.kind} run")
+    if trainer.ctx.is_main:
+        trainer.run.check_checkpoint_identity(state)
+    check_unchanged_recipe(state, {**trainer.recipe.to_dict(), "model": trainer.task.prepared.model_dict()}, path)
+    for name, module in trainer.task.modules.items():
+        load_weights(
+            module, state[name], path, saved_spec=state["model_spec"], expected_spec=trainer.task.prepared.model_dict()
+        )
+    for name, optimizer in trainer.optimizers.items():
+        optimizer.load_state_dict(state["optimizers"][name])
+        trainer.schedulers[name].load_state_dict(state["schedulers"][name])
+    if trainer.scaler is not None and state.get("scaler"):
+        trainer.scaler.load_state_dict(state["scaler"])
+    trainer.run_id, trainer.step, trainer.best = state["run_id"], state["step"], state["best_metric"]
+    trainer.epoch = trainer.step // trainer.steps_per_epoch
+    restore_rng_state(state["rng"])
+    if trainer.ctx.is_main:
+        trainer.run.truncate_metrics(trainer.step)
