@@ -252,3 +252,14 @@ def test_cli_reports_a_bad_backbone_in_one_line(tmp_path):
     result = run_cli("train", tmp_path / "r.yaml", "--out", tmp_path / "run")
     assert result.returncode == 1
     assert "timm does not know a model 'vit_tiny_patch16'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_shapes_check_answers_with_the_backbones_stride():
+    from pathlib import Path
+
+    recipe = Path(__file__).parent.parent / "recipes" / "probe_bilinear.yaml"
+    result = run_cli("shapes", "check", recipe, "--size", "100x200")
+    assert result.returncode == 0, result.stderr
+    assert "multiples of 16 (the backbone's stride)" in result.stdout
+    assert "100x200: not valid; nearest valid sizes 96x192 or 112x208" in result.stdout
+    assert "128x256: valid" in run_cli("shapes", "check", recipe, "--size", "128x256").stdout

@@ -116,6 +116,42 @@ def _super_resolution_check(model, size: str | None, size_range: str | None, as_
         click.echo(f"valid: {result['valid']}")
 
 
+def _stride_check(model, size: str | None, size_range: str | None, as_json: bool) -> None:
+    """A model on a frozen backbone: every side a multiple of the backbone's stride; the output
+    at the input size."""
+    from upzoo.models.sizes import AxisRule
+
+    stride = model.size_multiple()[0]
+    rule = AxisRule(multiple=stride, minimum=stride)
+    text = f"{rule.describe()} (the backbone's stride); the output is at the input size"
+    result: dict = {"rules": [text, text]}
+    if size is not None:
+        spatial = parse_shape(size, "--size")
+        if len(spatial) != 2:
+            raise UsageError(f"--size takes two sizes HxW for this 2D model, got {size!r}")
+        result["valid"] = all(rule.is_valid(n) for n in spatial)
+        result["nearest_valid"] = (
+            [max(rule.below(n) or stride, stride) for n in spatial],
+            [rule.above(n) for n in spatial],
+        )
+    else:
+        low, _, high = str(size_range).partition(":")
+        if not (low.isdigit() and high.isdigit()) or int(low) > int(high):
+            raise UsageError(f"--range must look like 256:2048, got {size_range!r}")
+        result["valid"] = list(range(rule.above(int(low)), int(high) + 1, stride))
+    if as_json:
+        click.echo(to_json(result))
+        return
+    click.echo(f"rule: {text}")
+    if size is None:
+        click.echo(f"valid: {', '.join(map(str, result['valid'])) or 'none'}")
+    elif result["valid"]:
+        click.echo(f"{size}: valid")
+    else:
+        below, above = result["nearest_valid"]
+        click.echo(f"{size}: not valid; nearest valid sizes {'x'.join(map(str, below))} or {'x'.join(map(str, above))}")
+
+
 @shapes.command("check")
 @click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
 @click.option("--size", default=None, help="Spatial size to check, e.g. 350x525.")
@@ -131,6 +167,11 @@ def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: in
     model = load_meta_model(recipe)
     if hasattr(model, "scale") and hasattr(model, "output_shape") and not hasattr(model, "encoder"):
         _super_resolution_check(model, size, size_range, as_json)
+        return
+    from upzoo.models import FeatureUpsampler, LinearProbe
+
+    if isinstance(model, (FeatureUpsampler, LinearProbe)):  # on a frozen backbone
+        _stride_check(model, size, size_range, as_json)
         return
     if not hasattr(model, "encoder"):
         raise UpzooError(
