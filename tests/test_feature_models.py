@@ -46,6 +46,12 @@ def test_timm_backbone_loads_local_weights_and_stays_frozen(vit_weights):
     assert features.shape == (2, 192, 2, 3)
 
 
+def test_dinov2_architectures_by_their_tagged_names():
+    backbone = timm_backbone("vit_small_patch14_reg4_dinov2.lvd142m", "random")
+    assert (backbone.channels, backbone.stride) == (384, 14)
+    assert backbone(torch.rand(1, 3, 28, 42)).shape == (1, 384, 2, 3)  # register tokens left out
+
+
 def test_random_weights_are_the_same_in_every_run():
     torch.manual_seed(1)
     first = timm_backbone(VIT, "random")
@@ -58,6 +64,7 @@ def test_random_weights_are_the_same_in_every_run():
     "name, weights, layer, message",
     [
         ("vit_tiny_patch16", "random", None, "timm does not know a model 'vit_tiny_patch16'; did you mean"),
+        ("vit_small_patch14_dinov2.lvd14", "random", None, "did you mean 'vit_small_patch14_dinov2.lvd142m'"),
         (VIT, "random", 12, r"vit_tiny_patch16_224 has no layer 12: layers are 0..11"),
         (VIT, "random", -1, r"has no layer -1"),
         (VIT, "/no/such/file.pth", None, "is not a file; give a local weights file or 'random'"),

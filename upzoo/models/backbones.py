@@ -95,8 +95,10 @@ class FrozenBackbone(nn.Module):
 def _create_timm(name: str, weights: str | Path) -> nn.Module:
     import timm
 
-    if name not in timm.list_models():
-        raise ConfigError(f"timm does not know a model {name!r}{did_you_mean(name, timm.list_models())}")
+    tagged = "." in name  # an architecture with a pretrained tag: vit_small_patch14_dinov2.lvd142m
+    known = timm.list_models(pretrained=True) if tagged else timm.list_models()
+    if (name not in known) if tagged else not timm.is_model(name):
+        raise ConfigError(f"timm does not know a model {name!r}{did_you_mean(name, known)}")
     options: dict[str, Any] = {"num_classes": 0}
     if weights != RANDOM_WEIGHTS:
         path = Path(weights).expanduser()
