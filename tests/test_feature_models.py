@@ -52,6 +52,24 @@ def test_dinov2_architectures_by_their_tagged_names():
     assert backbone(torch.rand(1, 3, 28, 42)).shape == (1, 384, 2, 3)  # register tokens left out
 
 
+def test_a_copy_or_a_pickled_backbone_computes_with_its_own_weights(seg_run):
+    import copy
+    import pickle
+
+    for backbone in (timm_backbone(VIT, "random", layer=1), build_backbone(f"run:{seg_run}")):
+        clone = copy.deepcopy(backbone)
+        with torch.no_grad():
+            for p in clone.parameters():
+                p.mul_(0.5)
+        image = torch.rand(1, 3, 32, 32)
+        assert not torch.equal(clone(image), backbone(image))
+        torch.testing.assert_close(pickle.loads(pickle.dumps(backbone))(image), backbone(image))
+    from upzoo.shapes.trace import trace
+
+    probe = LinearProbe(num_classes=3, backbone=VIT, weights="random")
+    assert trace(probe, (1, 3, 64, 64))[-1].output_shape == (1, 3, 64, 64)  # runs on the meta device
+
+
 def test_random_weights_are_the_same_in_every_run():
     torch.manual_seed(1)
     first = timm_backbone(VIT, "random")

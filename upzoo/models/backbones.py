@@ -4,6 +4,7 @@ layer, at its stride, from an image in [0, 1] normalised as the backbone expects
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from upzoo.checks import check_positive_int, is_int
 from upzoo.errors import ConfigError, ShapeError, did_you_mean
 
 __all__ = [
-    "FrozenBackbone", "timm_backbone", "build_backbone", "register_run_reader", "read_run", "RANDOM_WEIGHTS",
+    "FrozenBackbone", "timm_backbone", "timm_features", "build_backbone", "register_run_reader", "read_run",
+    "RANDOM_WEIGHTS",
 ]  # fmt: skip
 
 RANDOM_WEIGHTS = "random"  # ``weights: random``: the architecture with random weights (seed 0), said plainly
@@ -40,7 +42,10 @@ class FrozenBackbone(nn.Module):
     trained: no parameter takes a gradient and the module stays in eval mode.
 
     Args:
-        extract: ``normalised image -> features`` (the model's layer).
+        model: the network (its weights are frozen here).
+        extract: ``extract(model, normalised image) -> features`` (the model's layer): a function of
+            the module it is given, so that a copy (``deepcopy``, the meta copy of the shape tools) or
+            a pickled backbone computes with its own weights.
         channels, stride: the features' width and stride (``H`` and ``W`` must be multiples of it).
         mean, std: the normalisation the backbone was trained with (per channel, on [0, 1] pixels).
         name: what the backbone is (for messages and ``repr``).
@@ -49,7 +54,7 @@ class FrozenBackbone(nn.Module):
     def __init__(
         self,
         model: nn.Module,
-        extract: Callable[[torch.Tensor], torch.Tensor],
+        extract: Callable[[nn.Module, torch.Tensor], torch.Tensor],
         *,
         channels: int,
         stride: int,
@@ -86,7 +91,7 @@ class FrozenBackbone(nn.Module):
             )
         self.check_size(image.shape[-2:])
         with torch.no_grad():
-            return self._extract((image - self.mean.to(image.dtype)) / self.std.to(image.dtype))
+            return self._extract(self.model, (image - self.mean.to(image.dtype)) / self.std.to(image.dtype))
 
     def extra_repr(self) -> str:
         return f"{self.name}, channels={self.channels}, stride={self.stride}"
@@ -135,6 +140,12 @@ def _unreadable(weights: str | Path, error: Exception) -> ConfigError:
     )
 
 
+def timm_features(model: nn.Module, x: torch.Tensor, *, layer: int, norm: bool) -> torch.Tensor:
+    """A timm model's features at ``layer`` (``norm``: after its final norm), ``(B, C, h, w)``."""
+    options = {"norm": True} if norm else {}
+    return model.forward_intermediates(x, indices=[layer], intermediates_only=True, stop_early=True, **options)[0]
+
+
 def timm_backbone(name: str, weights: str | Path, layer: int | None = None) -> FrozenBackbone:
     """A timm model's features at ``layer`` (an index into its ``feature_info``: the blocks of a
     ViT, the stages of a CNN; None: the last), weights from a local file (``weights="random"``:
@@ -153,11 +164,7 @@ def timm_backbone(name: str, weights: str | Path, layer: int | None = None) -> F
             f"{name} has no layer {layer!r}: layers are 0..{last} ({', '.join(f['module'] for f in info[:3])}, ...; "
             f"strides {strides})"
         )
-    norm = {"norm": True} if layer == last and hasattr(model, "blocks") else {}
-
-    def extract(x: torch.Tensor) -> torch.Tensor:
-        return model.forward_intermediates(x, indices=[layer], intermediates_only=True, stop_early=True, **norm)[0]
-
+    extract = functools.partial(timm_features, layer=layer, norm=layer == last and hasattr(model, "blocks"))
     cfg = model.pretrained_cfg
     source = "random weights" if weights == RANDOM_WEIGHTS else Path(weights).name
     return FrozenBackbone(

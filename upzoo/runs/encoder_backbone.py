@@ -5,6 +5,7 @@ the upsampler a feature-upsampling run trained."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -15,7 +16,12 @@ from upzoo.errors import ConfigError
 from upzoo.models.backbones import FrozenBackbone
 from upzoo.runs.trained_model import load_model
 
-__all__ = ["run_encoder_backbone", "trained_upsampler"]
+__all__ = ["run_encoder_backbone", "encoder_features", "trained_upsampler"]
+
+
+def encoder_features(encoder: torch.nn.Module, x: torch.Tensor, *, layer: int) -> torch.Tensor:
+    """An upzoo encoder's feature at stage ``layer``."""
+    return encoder(x)[layer]
 
 
 def run_encoder_backbone(path: str | Path, *, layer: int | None = None) -> FrozenBackbone:
@@ -44,12 +50,10 @@ def run_encoder_backbone(path: str | Path, *, layer: int | None = None) -> Froze
     if rows != cols:
         raise ConfigError(f"the encoder's layer {layer} has strides {(rows, cols)}; a backbone needs one stride")
 
-    def extract(x: torch.Tensor) -> torch.Tensor:
-        return encoder(x)[layer]
-
     return FrozenBackbone(
-        encoder, extract, channels=encoder.channels[layer], stride=rows, mean=loaded.mean or IMAGENET_MEAN,
-        std=loaded.std or IMAGENET_STD, name=f"run {Path(path).name} encoder layer {layer}",
+        encoder, functools.partial(encoder_features, layer=layer), channels=encoder.channels[layer], stride=rows,
+        mean=loaded.mean or IMAGENET_MEAN, std=loaded.std or IMAGENET_STD,
+        name=f"run {Path(path).name} encoder layer {layer}",
     )  # fmt: skip
 
 
