@@ -10,11 +10,12 @@ process's resident-set high-water mark above the inputs, reset before each measu
 each block whole and in bands of 32, 16 and 8 rows respectively (``chunk``); a whole run whose
 attention weights alone would pass 16 GiB is not run, and the table says how much it would need.
 Blocks at the authors' defaults (JAFAR and AnyUp qk_dim 128, LoftUp width C + 20); weights random
-(the cost does not depend on them). Timings are medians of ``--rounds`` rounds at 448 (one round at
-the larger sizes), the blocks interleaved in each round, with the spread (max - min) / median, and
-the ratio to bilinear's median.
+(the cost does not depend on them). Timings are medians of ``--rounds`` rounds at 448 (default 1;
+one round at the larger sizes), the blocks interleaved in each round, with the spread
+(max - min) / median when there are several, and the ratio to bilinear's. Chunked training passes
+checkpoint each band (recomputed in the backward pass).
 
-    python tools/bench_feature_upsamplers.py [--settings 448,1024,1024x2048] [--rounds 3]
+    python tools/bench_feature_upsamplers.py [--settings 448,1024,1024x2048] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def attention_gib(name: str, setting: str, chunk: int | None) -> float:
     (height, width), scale, _ = SETTINGS[setting]
     if name not in ("jafar", "loftup", "anyup"):
         return 0.0
-    rows = height if chunk is None else chunk
+    rows = height if chunk is None else chunk  # chunked bands are checkpointed: one band at a time
     return 2 * rows * width * (height // scale) * (width // scale) * 4 / 2**30
 
 
@@ -99,7 +100,7 @@ def run_setting(setting: str, rounds: int, backward: bool) -> list[str]:
     peaks: dict[tuple, float] = {}
     for _ in range(rounds):  # interleaved: every variant once per round
         for variant in runnable:
-            seconds, peak = measure(*variant, setting, backward)
+            seconds, peak = measure(variant[0], setting, variant[1], backward)
             times[variant].append(seconds)
             peaks[variant] = max(peaks.get(variant, 0.0), peak)
     reference = statistics.median(times[("interpolate", None)])
@@ -120,14 +121,14 @@ def run_setting(setting: str, rounds: int, backward: bool) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", default="448,1024,1024x2048")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {CHANNELS} channels, batch 1")
     for setting in args.settings.split(","):
         passes = [False] if setting == "1024x2048" else [False, True]
         for backward in passes:
             what = "forward + backward" if backward else "forward"
-            (h, w), scale = SETTINGS[setting]
+            (h, w), scale, _ = SETTINGS[setting]
             print(f"\n{h}x{w} image, x{scale} from {h // scale}x{w // scale}, {what}:\n")
             print("| block | chunk | seconds (median) | spread | vs bilinear | peak MiB |")
             print("|---|---|---|---|---|---|")

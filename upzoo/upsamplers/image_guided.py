@@ -10,6 +10,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from upzoo.checks import check_positive_int
 from upzoo.errors import ShapeError
@@ -145,12 +146,17 @@ class ImageGuidedUpsampler(Upsampler):
 
     def in_bands(self, height: int | torch.SymInt, compute: Callable[[Band], torch.Tensor]) -> torch.Tensor:
         """``compute(band)`` for every band of ``chunk`` output rows, joined along the rows; the
-        whole image at once when ``chunk`` is None or the rows are fewer."""
+        whole image at once when ``chunk`` is None or the rows are fewer. With gradients, each band
+        is checkpointed (recomputed in the backward pass), so training memory is bounded by a band
+        too, at the cost of a second forward pass."""
         if self.chunk is None or torch.compiler.is_compiling() or not isinstance(height, int):
             return compute(None)
         if height <= self.chunk:
             return compute(None)
-        return torch.cat([compute((s, min(s + self.chunk, height))) for s in range(0, height, self.chunk)], dim=-2)
+        bands = [(s, min(s + self.chunk, height)) for s in range(0, height, self.chunk)]
+        if torch.is_grad_enabled():  # training: each band recomputed in backward, so its memory is freed
+            return torch.cat([checkpoint(compute, band, use_reentrant=False) for band in bands], dim=-2)
+        return torch.cat([compute(band) for band in bands], dim=-2)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, guide_channels={self.guide_channels}, chunk={self.chunk}"
