@@ -21,8 +21,8 @@ def _train(recipe: dict, run: Path, cache: Path) -> None:
 
 
 def build_workspace(path: Path, root: Path) -> Path:
-    """Runs at ``runs/{quickstart,volume,dcgan,sr}-<time>``, ``street.png``, ``photos/``, ``scans/``,
-    ``Task01/dataset.json`` (a ``test`` list), ``model.onnx`` (the quickstart run's) and ``recipes``."""
+    """Runs at ``runs/{quickstart,volume,dcgan,sr}-<time>`` and ``runs/featup-jafar``, ``street.png``,
+    ``photos/``, ``scans/``, ``Task01/dataset.json`` (a ``test`` list), ``model.onnx`` (the quickstart run's) and ``recipes``."""
     from upzoo.data.volumes import write_nifti
     from upzoo.inference.export import export_model
     from upzoo.runs.trained_model import load_model
@@ -48,6 +48,10 @@ def build_workspace(path: Path, root: Path) -> Path:
     sr_data = {"kind": "package_images", "package_train": ["chelsea"], "package_val": ["coffee"],
                "crop_size": [32, 32], "patches_per_image": 2, "batch_size": 2}  # fmt: skip
     _train({"model": espcn, "data": sr_data}, runs / "sr-<time>", cache)
+    featup = {"architecture": "feature_upsampler", "backbone": "vit_tiny_patch16_224", "weights": "random",
+              "upsampler": "jafar", "upsampler_options": {"qk_dim": 16}}  # fmt: skip
+    featup_data = {**data_2d, "crop_size": [32, 64], "normalize": "minmax"}
+    _train({"model": featup, "data": featup_data, "train": {"feature_ratios": [2]}}, runs / "featup-jafar", cache)
 
     rng = np.random.default_rng(0)
     for name in ("street.png", "photos/a.png", "photos/b.png"):

@@ -144,6 +144,9 @@ def test_the_objective_pairs_downscaled_features_with_the_full_images():
     torch.testing.assert_close(low, model.backbone(torch.nn.functional.avg_pool2d(images, 2)))
     assert prediction.shape == target.shape == (2, 192, 4, 8)
     assert float(feature_loss(target, target)) == pytest.approx(0.0, abs=1e-6)
+    fixed = FeatureUpsampler(backbone=VIT, weights="random", upsampler="carafe")
+    with pytest.raises(ConfigError, match="'carafe' runs at its one scale \\(x16\\); the objective trains a block"):
+        fixed(images, ratio=2)
     assert float(feature_loss(-target, target)) > 2.0
 
 

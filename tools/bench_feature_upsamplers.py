@@ -1,7 +1,7 @@
 """The cost of the image-guided feature upsamplers (JBU, JAFAR, LoftUp, AnyUp) against bilinear
 upsampling, measured in one run: forward and forward+backward time, and peak memory (the
 process's resident-set high-water mark above the inputs, reset before each measurement), for
-384-channel features (a ViT-S's width) of one image:
+384-channel features (a ViT-S's width) of one image, each measurement in a fresh process:
 
 * ``448``: a 448x448 image with 1/14 features (32x32, x14) — NAF's setting;
 * ``1024``: a 1024x1024 image with 1/16 features (64x64, x16);
@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -65,7 +68,16 @@ def _block(name: str, scale: int, chunk: int | None) -> torch.nn.Module:
 
 
 def measure(name: str, setting: str, chunk: int | None, backward: bool) -> tuple[float, float]:
-    """``(seconds, peak MiB above the inputs)`` of one forward (and backward) pass."""
+    """``(seconds, peak MiB above the inputs)`` of one forward (and backward) pass, in a fresh
+    process (memory an earlier measurement freed would otherwise hide this one's peak)."""
+    command = [sys.executable, __file__, "--one", json.dumps([name, setting, chunk, backward])]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    seconds, peak = json.loads(done.stdout.strip().splitlines()[-1])
+    return seconds, peak
+
+
+def measure_here(name: str, setting: str, chunk: int | None, backward: bool) -> tuple[float, float]:
+    """:func:`measure` in this process."""
     (height, width), scale, _ = SETTINGS[setting]
     block = _block(name, scale, chunk)
     features = torch.randn(1, CHANNELS, height // scale, width // scale, requires_grad=backward)
@@ -85,10 +97,10 @@ def measure(name: str, setting: str, chunk: int | None, backward: bool) -> tuple
 
 def _row(name: str, chunk: int | None, times: list[float], peak: float, reference: float | None) -> str:
     median = statistics.median(times)
-    spread = (max(times) - min(times)) / median if len(times) > 1 else float("nan")
+    spread = f"{(max(times) - min(times)) / median:.0%}" if len(times) > 1 else "—"
     ratio = f"{median / reference:.1f}x" if reference else "1.0x"
     label = name if name != "interpolate" else "bilinear"
-    return f"| {label} | {chunk or 'whole'} | {median:.3f} | {spread:.0%} | {ratio} | {peak:.0f} |"
+    return f"| {label} | {chunk or 'whole'} | {median:.3f} | {spread} | {ratio} | {peak:.0f} |"
 
 
 def run_setting(setting: str, rounds: int, backward: bool) -> list[str]:
@@ -122,7 +134,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", default="448,1024,1024x2048")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # one measurement (a child process)
     args = parser.parse_args()
+    if args.one is not None:
+        print(json.dumps(measure_here(*json.loads(args.one))))
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {CHANNELS} channels, batch 1")
     for setting in args.settings.split(","):
         passes = [False] if setting == "1024x2048" else [False, True]

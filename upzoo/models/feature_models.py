@@ -83,6 +83,11 @@ class FeatureUpsampler(nn.Module):
         ``low`` those of the images average-pooled by ``ratio``, and ``prediction`` ``low``
         upsampled x``ratio`` by the block (``resample``), guided by the images pooled to the target
         grid. Only image-guided, ratio-agnostic blocks have ``resample``."""
+        if not hasattr(self.upsampler, "resample"):
+            raise ConfigError(
+                f"{self.upsampler_name!r} runs at its one scale (x{self.backbone.stride}); the objective trains a "
+                f"block at lower ratios: use jbu, jafar, loftup or anyup"
+            )
         stride = self.backbone.stride
         target = self.backbone(images)
         low = self.backbone(F.avg_pool2d(images, ratio))

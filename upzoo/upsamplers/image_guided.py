@@ -127,8 +127,8 @@ class ImageGuidedUpsampler(Upsampler):
             raise ShapeError(f"{type(self).__name__}.resample takes x (B, C, h, w), got shape {tuple(x.shape)}")
         b, _, h, w = x.shape
         expected = (b, self.guide_channels, h * ratio[0], w * ratio[1])
-        channels = "C" if self.feature_agnostic and self.proj is None else self.in_channels
-        any_width = self.feature_agnostic and self.proj is None
+        any_width = self.feature_agnostic and self.proj is None  # AnyUp without a projection
+        channels = "C" if any_width else self.in_channels
         wrong_channels = x.shape[1] != self.in_channels and not any_width
         if wrong_channels or tuple(guide.shape) != expected:
             raise ShapeError(
