@@ -22,7 +22,8 @@ def _train(recipe: dict, run: Path, cache: Path) -> None:
 
 def build_workspace(path: Path, root: Path) -> Path:
     """Runs at ``runs/{quickstart,volume,dcgan,sr}-<time>`` and ``runs/featup-jafar``, ``street.png``,
-    ``photos/``, ``scans/``, ``Task01/dataset.json`` (a ``test`` list), ``model.onnx`` (the quickstart run's) and ``recipes``."""
+    ``photos/``, ``scans/``, ``Task01/dataset.json`` (a ``test`` list), ``model.onnx`` (the quickstart
+    run's) and ``recipes``."""
     from upzoo.data.volumes import write_nifti
     from upzoo.inference.export import export_model
     from upzoo.runs.trained_model import load_model
