@@ -113,6 +113,8 @@ def run_setting(setting: str, rounds: int, backward: bool) -> list[str]:
     for _ in range(rounds):  # interleaved: every variant once per round
         for variant in runnable:
             seconds, peak = measure(variant[0], setting, variant[1], backward)
+            print(f"  {setting} {'fwd+bwd' if backward else 'fwd'} {variant[0]} chunk {variant[1]}: {seconds:.2f} s, "
+                  f"{peak:.0f} MiB", file=sys.stderr, flush=True)  # fmt: skip
             times[variant].append(seconds)
             peaks[variant] = max(peaks.get(variant, 0.0), peak)
     reference = statistics.median(times[("interpolate", None)])

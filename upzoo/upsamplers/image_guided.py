@@ -156,7 +156,12 @@ class ImageGuidedUpsampler(Upsampler):
         bands = [(s, min(s + self.chunk, height)) for s in range(0, height, self.chunk)]
         if torch.is_grad_enabled():  # training: each band recomputed in backward, so its memory is freed
             return torch.cat([checkpoint(compute, band, use_reentrant=False) for band in bands], dim=-2)
-        return torch.cat([compute(band) for band in bands], dim=-2)
+        first = compute(bands[0])  # inference: bands written into the output (no second copy from a cat)
+        out = first.new_empty((*first.shape[:-2], height, first.shape[-1]))
+        out[..., : bands[0][1], :] = first
+        for start, stop in bands[1:]:
+            out[..., start:stop, :] = compute((start, stop))
+        return out
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, guide_channels={self.guide_channels}, chunk={self.chunk}"

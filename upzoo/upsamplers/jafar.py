@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from upzoo.checks import check_positive_int
 from upzoo.registry import register_upsampler
@@ -107,8 +108,13 @@ class JafarUpsampler(ImageGuidedUpsampler):
         if self.chunk is not None and isinstance(height, int) and not torch.compiler.is_compiling():
             step = -(-self.chunk // ratio[0]) * ratio[0]
             bands = [(s, min(s + step, height)) for s in range(0, height, step)]
-        parts = [self._pool(self.key_encoder(self.encoded(guide, s, e)), ratio) for s, e in bands]
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+        def part(start: int, stop: int) -> torch.Tensor:
+            return self._pool(self.key_encoder(self.encoded(guide, start, stop)), ratio)
+
+        if len(bands) > 1 and torch.is_grad_enabled():  # training: a band's encodings freed, recomputed later
+            return torch.cat([checkpoint(part, s, e, use_reentrant=False) for s, e in bands], dim=1)
+        return torch.cat([part(s, e) for s, e in bands], dim=1) if len(bands) > 1 else part(*bands[0])
 
     @staticmethod
     def _pool(pixels: torch.Tensor, ratio: tuple[int, int]) -> torch.Tensor:

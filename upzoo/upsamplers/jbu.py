@@ -128,8 +128,9 @@ class JbuUpsampler(ImageGuidedUpsampler):
         wanted = wanted.clamp(0, height - 1) - first * factor[0]
         return F.pad(up.index_select(-2, wanted), (r, r, 0, 0), mode="replicate")
 
-    def stage(self, x: torch.Tensor, guide: torch.Tensor, factor: tuple[int, int]) -> torch.Tensor:
-        """One bilateral stage: ``x`` upsampled by ``factor`` under ``guide`` (at the stage's output size)."""
+    def stage(self, x: torch.Tensor, guide: torch.Tensor, factor: tuple[int, int], last: bool = False) -> torch.Tensor:
+        """One bilateral stage: ``x`` upsampled by ``factor`` under ``guide`` (at the stage's output
+        size); the ``last`` adds the residual ``0.1 * W y`` band by band (a 1x1 conv: the same)."""
 
         def rows_of(band: Band) -> torch.Tensor:
             kernel, source = self.kernel(guide, band), self.bicubic_rows(x, factor, band)
@@ -137,7 +138,7 @@ class JbuUpsampler(ImageGuidedUpsampler):
             out = torch.zeros(x.shape[0], x.shape[1], height, width, device=x.device, dtype=x.dtype)
             for t, (i, j) in enumerate(self.offsets()):  # in place: one pass over the output per offset
                 out.addcmul_(kernel[:, t : t + 1], source[:, :, i : i + height, j : j + width])
-            return out
+            return out + 0.1 * self.residual(out) if last else out
 
         return self.in_bands(guide.shape[-2], rows_of)
 
@@ -147,8 +148,8 @@ class JbuUpsampler(ImageGuidedUpsampler):
         for factor in factors:
             remaining = [remaining[a] // factor[a] for a in range(2)]
             stage_guide = guide if max(remaining) == 1 else F.avg_pool2d(guide, remaining, remaining)
-            x = self.stage(x, stage_guide, factor)
-        return x + 0.1 * self.residual(x)
+            x = self.stage(x, stage_guide, factor, last=max(remaining) == 1)
+        return x
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, radius={self.radius}"
