@@ -115,13 +115,15 @@ def test_bench_blocks_rows():
     rows = bench_blocks((1, 8, 16, 16), runs=2)
     names = [r["block"] for r in rows]
     assert names == [
-        "carafe", "dysample", "fade", "fir", "interp_conv", "interpolate", "pixel_shuffle", "sapa", "transposed"
+        "anyup", "carafe", "dysample", "fade", "fir", "interp_conv", "interpolate", "jafar", "jbu", "loftup",
+        "pixel_shuffle", "sapa", "transposed",
     ]  # fmt: skip
     row = {r["block"]: r for r in rows}
     assert row["fade"]["params"] > 0 and row["sapa"]["fwd_bwd_ms"] > 0  # guided blocks get a fixed smooth guide
     assert row["interpolate"]["params"] == 0 and row["interpolate"]["gflops"] == 0
     assert row["pixel_shuffle"]["checkerboard"] == 0 and row["transposed"]["fwd_bwd_ms"] > 0
-    assert [r["block"] for r in bench_blocks((1, 4, 4, 8, 8), runs=1)] == names  # every block runs in 3D too
+    feature_blocks = ("anyup", "jafar", "jbu", "loftup")  # image-guided: 2D only
+    assert [r["block"] for r in bench_blocks((1, 4, 4, 8, 8), runs=1)] == [n for n in names if n not in feature_blocks]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

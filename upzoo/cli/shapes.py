@@ -152,6 +152,20 @@ def _stride_check(model, size: str | None, size_range: str | None, as_json: bool
         click.echo(f"{size}: not valid; nearest valid sizes {'x'.join(map(str, below))} or {'x'.join(map(str, above))}")
 
 
+def _answered_without_solver(model, size: str | None, size_range: str | None, as_json: bool) -> bool:
+    """Super-resolution networks (every size) and models on a frozen backbone (the stride) have
+    their rule from their construction; answer for them and return True."""
+    from upzoo.models import FeatureUpsampler, LinearProbe
+
+    if hasattr(model, "scale") and hasattr(model, "output_shape") and not hasattr(model, "encoder"):
+        _super_resolution_check(model, size, size_range, as_json)
+        return True
+    if isinstance(model, (FeatureUpsampler, LinearProbe)):
+        _stride_check(model, size, size_range, as_json)
+        return True
+    return False
+
+
 @shapes.command("check")
 @click.argument("recipe", type=click.Path(exists=True, dir_okay=False))
 @click.option("--size", default=None, help="Spatial size to check, e.g. 350x525.")
@@ -165,13 +179,7 @@ def shapes_check(recipe: str, size: str | None, size_range: str | None, axis: in
     if (size is None) == (size_range is None):
         raise UsageError("give exactly one of --size and --range")
     model = load_meta_model(recipe)
-    if hasattr(model, "scale") and hasattr(model, "output_shape") and not hasattr(model, "encoder"):
-        _super_resolution_check(model, size, size_range, as_json)
-        return
-    from upzoo.models import FeatureUpsampler, LinearProbe
-
-    if isinstance(model, (FeatureUpsampler, LinearProbe)):  # on a frozen backbone
-        _stride_check(model, size, size_range, as_json)
+    if _answered_without_solver(model, size, size_range, as_json):
         return
     if not hasattr(model, "encoder"):
         raise UpzooError(
