@@ -92,19 +92,28 @@ def shapes_model(recipe: str, input_shape: str, as_json: bool) -> None:
         click.echo(f"output: {format_shape(output)}")
 
 
+def _size_2d(size: str) -> tuple[int, ...]:
+    spatial = parse_shape(size, "--size")
+    if len(spatial) != 2:
+        raise UsageError(f"--size takes two sizes HxW for this 2D model, got {size!r}")
+    return spatial
+
+
+def _range(size_range: str | None) -> tuple[int, int]:
+    low, _, high = str(size_range).partition(":")
+    if not (low.isdigit() and high.isdigit()) or int(low) > int(high):
+        raise UsageError(f"--range must look like 256:2048, got {size_range!r}")
+    return int(low), int(high)
+
+
 def _super_resolution_check(model, size: str | None, size_range: str | None, as_json: bool) -> None:
     """A super-resolution network: fully convolutional, so every size is valid; the output is scaled."""
     rule = f"every size >= 1 (fully convolutional); the output is the input x {model.scale}"
     result: dict = {"rules": [rule, rule]}
     if size is not None:
-        spatial = parse_shape(size, "--size")
-        if len(spatial) != 2:
-            raise UsageError(f"--size takes two sizes HxW for this 2D model, got {size!r}")
-        result["output"] = list(model.output_shape((1, model.in_channels, *spatial))[2:])
+        result["output"] = list(model.output_shape((1, model.in_channels, *_size_2d(size)))[2:])
     else:
-        low, _, high = str(size_range).partition(":")
-        if not (low.isdigit() and high.isdigit()) or int(low) > int(high):
-            raise UsageError(f"--range must look like 256:2048, got {size_range!r}")
+        low, high = _range(size_range)
         result["valid"] = f"every size in {low}..{high}"
     if as_json:
         click.echo(to_json(result))
@@ -126,19 +135,15 @@ def _stride_check(model, size: str | None, size_range: str | None, as_json: bool
     text = f"{rule.describe()} (the backbone's stride); the output is at the input size"
     result: dict = {"rules": [text, text]}
     if size is not None:
-        spatial = parse_shape(size, "--size")
-        if len(spatial) != 2:
-            raise UsageError(f"--size takes two sizes HxW for this 2D model, got {size!r}")
+        spatial = _size_2d(size)
         result["valid"] = all(rule.is_valid(n) for n in spatial)
         result["nearest_valid"] = (
             [max(rule.below(n) or stride, stride) for n in spatial],
             [rule.above(n) for n in spatial],
         )
     else:
-        low, _, high = str(size_range).partition(":")
-        if not (low.isdigit() and high.isdigit()) or int(low) > int(high):
-            raise UsageError(f"--range must look like 256:2048, got {size_range!r}")
-        result["valid"] = list(range(rule.above(int(low)), int(high) + 1, stride))
+        low, high = _range(size_range)
+        result["valid"] = list(range(rule.above(low), high + 1, stride))
     if as_json:
         click.echo(to_json(result))
         return
