@@ -144,14 +144,18 @@ class ImageGuidedUpsampler(Upsampler):
         """``(B, C_in, h, w) -> (B, C_in, h*r, w*r)`` (before the channel projection)."""
         raise NotImplementedError  # pragma: no cover
 
+    def banded(self, height: int | torch.SymInt) -> bool:
+        """Whether an output of ``height`` rows is computed in bands: ``chunk`` set and fewer rows than
+        the output, eagerly (a traced graph, with symbolic sizes, takes the whole image)."""
+        traced = torch.compiler.is_compiling() or not isinstance(height, int)
+        return self.chunk is not None and not traced and height > self.chunk
+
     def in_bands(self, height: int | torch.SymInt, compute: Callable[[Band], torch.Tensor]) -> torch.Tensor:
         """``compute(band)`` for every band of ``chunk`` output rows, joined along the rows; the
         whole image at once when ``chunk`` is None or the rows are fewer. With gradients, each band
         is checkpointed (recomputed in the backward pass), so training memory is bounded by a band
         too, at the cost of a second forward pass."""
-        if self.chunk is None or torch.compiler.is_compiling() or not isinstance(height, int):
-            return compute(None)
-        if height <= self.chunk:
+        if not self.banded(height):
             return compute(None)
         bands = [(s, min(s + self.chunk, height)) for s in range(0, height, self.chunk)]
         if torch.is_grad_enabled():  # training: each band recomputed in backward, so its memory is freed

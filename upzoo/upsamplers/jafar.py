@@ -105,7 +105,7 @@ class JafarUpsampler(ImageGuidedUpsampler):
             return self._pool(self.key_encoder(encoded), ratio)
         height = guide.shape[-2]
         bands = [(0, height)]
-        if self.chunk is not None and isinstance(height, int) and not torch.compiler.is_compiling():
+        if self.banded(height):
             step = -(-self.chunk // ratio[0]) * ratio[0]
             bands = [(s, min(s + step, height)) for s in range(0, height, step)]
 
@@ -131,8 +131,7 @@ class JafarUpsampler(ImageGuidedUpsampler):
     def lift(self, x: torch.Tensor, guide: torch.Tensor, ratio: tuple[int, int]) -> torch.Tensor:
         b, c, h, w = x.shape
         height, width = guide.shape[-2:]
-        whole = self.chunk is None or not isinstance(height, int) or height <= self.chunk
-        encoded = self.encoded(guide, 0, height) if whole else None  # computed once for keys and queries
+        encoded = None if self.banded(height) else self.encoded(guide, 0, height)  # computed once for keys and queries
         keys = self.keys(x, self.pooled_keys(guide, ratio, encoded)).flatten(1, 2)  # (B, hw, qk)
         values = x.flatten(2).transpose(1, 2)  # (B, hw, C)
         cols = (torch.arange(width, device=x.device, dtype=x.dtype) + 0.5) / width
