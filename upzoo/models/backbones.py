@@ -46,8 +46,10 @@ class FrozenBackbone(nn.Module):
         extract: ``extract(model, normalised image) -> features`` (the model's layer): a function of
             the module it is given, so that a copy (``deepcopy``, the meta copy of the shape tools) or
             a pickled backbone computes with its own weights.
-        channels, stride: the features' width and stride (``H`` and ``W`` must be multiples of it).
-        mean, std: the normalisation the backbone was trained with (per channel, on [0, 1] pixels).
+        channels: the features' width.
+        stride: the features' stride (``H`` and ``W`` must be multiples of it).
+        mean: the normalisation's mean the backbone was trained with (per channel, on [0, 1] pixels).
+        std: the normalisation's standard deviation (per channel).
         name: what the backbone is (for messages and ``repr``).
     """
 

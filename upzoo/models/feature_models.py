@@ -34,8 +34,8 @@ class FeatureUpsampler(nn.Module):
             bilinear, or a decoder block such as ``carafe``) and ``upsampler_options``, its options.
 
     Raises:
-        ConfigError: bad backbone (see :func:`~upzoo.models.backbones.build_backbone`), a post-filter
-        or unknown block.
+        ConfigError: bad backbone (see :func:`~upzoo.models.backbones.build_backbone`), a
+            post-filter or unknown block.
     """
 
     def __init__(
@@ -105,7 +105,7 @@ class LinearProbe(nn.Module):
 
     Raises:
         ConfigError: a learned block with neither ``upsampler_run`` nor ``train_upsampler``, an
-        ``upsampler_run`` whose backbone or block differs from the probe's.
+            ``upsampler_run`` whose backbone or block differs from the probe's.
     """
 
     def __init__(

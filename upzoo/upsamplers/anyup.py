@@ -66,7 +66,10 @@ class AnyupUpsampler(JafarUpsampler):
     Args:
         window: the window's half side as a fraction of the image, in (0, 1] (0.1 in the paper).
         kernel_size: the unification filters' size (odd; 5).
-        qk_dim, heads, chunk, guide_channels: as JAFAR.
+        qk_dim: as :class:`~upzoo.upsamplers.jafar.JafarUpsampler`.
+        heads: as JAFAR.
+        chunk: as JAFAR.
+        guide_channels: as JAFAR.
 
     >>> up = AnyupUpsampler(spatial_dims=2, in_channels=16, out_channels=16, scale=16, qk_dim=32)
     >>> up.resample(torch.rand(1, 40, 2, 3), torch.rand(1, 3, 8, 12), 4).shape  # any channel count

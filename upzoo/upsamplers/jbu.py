@@ -61,7 +61,8 @@ class JbuUpsampler(ImageGuidedUpsampler):
     Args:
         radius: the window's radius ``r`` (3: a 7x7 window).
         key_dim: width of the range projection ``P`` (32).
-        chunk, guide_channels: see :class:`~upzoo.upsamplers.image_guided.ImageGuidedUpsampler`.
+        chunk: see :class:`~upzoo.upsamplers.image_guided.ImageGuidedUpsampler`.
+        guide_channels: see :class:`~upzoo.upsamplers.image_guided.ImageGuidedUpsampler`.
 
     >>> up = JbuUpsampler(spatial_dims=2, in_channels=8, out_channels=8, scale=14)
     >>> up(torch.rand(1, 8, 2, 3), torch.rand(1, 3, 28, 42)).shape

@@ -83,8 +83,10 @@ class LoftupUpsampler(ImageGuidedUpsampler):
         width: the transformer's width; None: ``in_channels + 20`` (the paper: the feature width
             plus the key position encoding). Divisible by ``heads``.
         frequencies: Fourier frequencies of the queries (20).
-        heads, layers: attention heads (4) and cross-attention layers (2).
-        chunk, guide_channels: see :class:`~upzoo.upsamplers.image_guided.ImageGuidedUpsampler`.
+        heads: attention heads (4).
+        layers: cross-attention layers (2).
+        chunk: see :class:`~upzoo.upsamplers.image_guided.ImageGuidedUpsampler`.
+        guide_channels: see :class:`~upzoo.upsamplers.image_guided.ImageGuidedUpsampler`.
 
     >>> up = LoftupUpsampler(spatial_dims=2, in_channels=12, out_channels=12, scale=16, width=16)
     >>> up(torch.rand(1, 12, 2, 3), torch.rand(1, 3, 32, 48)).shape
