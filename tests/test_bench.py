@@ -116,7 +116,7 @@ def test_bench_blocks_rows():
     names = [r["block"] for r in rows]
     assert names == [
         "anyup", "carafe", "dysample", "fade", "fir", "interp_conv", "interpolate", "jafar", "jbu", "loftup",
-        "pixel_shuffle", "sapa", "transposed",
+        "pixel_shuffle", "sapa", "transposed", "zero_insertion",
     ]  # fmt: skip
     row = {r["block"]: r for r in rows}
     assert row["fade"]["params"] > 0 and row["sapa"]["fwd_bwd_ms"] > 0  # guided blocks get a fixed smooth guide

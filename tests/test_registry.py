@@ -27,6 +27,7 @@ BUILT_INS = [
     "pixel_shuffle",
     "sapa",
     "transposed",
+    "zero_insertion",
 ]
 
 

@@ -39,6 +39,8 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
         return evaluate_upscaler(recipe, checkpoint)
     if recipe.task == "feature_upsampling":
         return evaluate_feature_upsampler(recipe, checkpoint)
+    if recipe.task == "generator_testbed":
+        return evaluate_testbed(recipe, checkpoint)
     device = resolve_device(recipe.train.device, "train.device")
     loaded = load_model(checkpoint, device=device, kind="segmentation", purpose="upzoo eval")  # the one way in
     spec, model = loaded.spec, loaded.model
@@ -125,6 +127,27 @@ def evaluate_upscaler(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]:
     metrics, _ = evaluate_super_resolution(loaded.model, prepared.data.val, loaded.spec.options["scale"], device,
                                            precision, keep=0)  # fmt: skip
     return {**metrics, "scale": loaded.spec.options["scale"], "checkpoint": str(checkpoint), "step": loaded.step}
+
+
+def evaluate_testbed(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]:
+    """A generator-testbed checkpoint regressing ``recipe``'s images from their latents: PSNR and
+    the spectral errors (band and corners) as the task measures them.
+
+    Raises:
+        ConfigError: data that does not fit the model. DataError: a missing or corrupt checkpoint.
+    """
+    from dataclasses import replace
+
+    from upzoo.prepare import prepare
+    from upzoo.train.generator_testbed import measure_generator
+
+    device = resolve_device(recipe.train.device, "train.device")
+    loaded = load_model(checkpoint, device=device, kind="generator_testbed", purpose="upzoo eval")
+    images = prepare(replace(recipe, model=loaded.spec)).data.train
+    precision = functools.partial(autocast, recipe.train.amp, device)
+    measured = measure_generator(loaded.model, images, device, precision)
+    values = {k.removeprefix("val_"): v for k, v in measured.items() if k.startswith("val_")}
+    return {**values, "images": len(images), "checkpoint": str(checkpoint), "step": loaded.step}
 
 
 def evaluate_feature_upsampler(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]:

@@ -194,3 +194,61 @@ def feature_grid(
         shown = feature_pca([nearest[0].cpu(), bilinear[0].cpu(), lifted[0].float().cpu()], low[0].cpu())
         tiles += [image[0].cpu().clamp(0, 1), *shown]
     save_image(torch.stack(tiles), str(path), nrow=4, padding=2)
+
+
+def spectrum_evolution_plot(
+    real: np.ndarray, generated: dict[int, np.ndarray], path: str | Path, title: str = ""
+) -> None:
+    """The real images' power spectrum (black) and the generated images' at each evaluation step
+    (``{step: spectrum}``, coloured from early to late), log power over the radial frequency in
+    cycles per pixel (0.5: Nyquist; beyond it, shaded: the corners)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    size = 2 * round((len(real) - 1) / np.sqrt(2))  # the images' side
+    frequency = np.arange(len(real)) / size
+    fig, axis = plt.subplots(figsize=(6.4, 4))
+    steps = sorted(generated)
+    colours = plt.cm.viridis(np.linspace(0, 1, len(steps)))
+    for step, colour in zip(steps, colours):
+        axis.semilogy(frequency[1:], generated[step][1:], color=colour, linewidth=1)
+    axis.semilogy(frequency[1:], real[1:], color="black", linewidth=2, label="real")
+    mappable = plt.cm.ScalarMappable(cmap="viridis", norm=plt.Normalize(steps[0], steps[-1]))
+    fig.colorbar(mappable, ax=axis, label="training step")
+    axis.axvspan(0.5, frequency[-1], color="grey", alpha=0.12, linewidth=0)
+    axis.set_xlabel("radial frequency (cycles per pixel; 0.5 = Nyquist, beyond: the corners)")
+    axis.set_ylabel("power")
+    axis.legend(fontsize=8)
+    axis.set_title(title or "power spectrum over training")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def spectral_error_evolution_plot(errors: dict[int, np.ndarray], path: str | Path, title: str = "") -> None:
+    """The spectral error ``S_gen / S_real - 1`` per ring (x, cycles per pixel) at each evaluation
+    step (y), clipped to ±1 (blue: too little power, red: too much), as Schwarz et al. plot it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = sorted(errors)
+    image = np.clip(np.stack([errors[s][1:] for s in steps]), -1, 1)
+    size = 2 * round((len(errors[steps[0]]) - 1) / np.sqrt(2))  # the images' side
+    top = (len(errors[steps[0]]) - 0.5) / size
+    fig, axis = plt.subplots(figsize=(6.4, 4))
+    shown = axis.imshow(image, cmap="bwr", vmin=-1, vmax=1, origin="lower", aspect="auto",
+                        extent=(0.5 / size, top, -0.5, len(steps) - 0.5))  # fmt: skip
+    ticks = sorted({0, len(steps) // 2, len(steps) - 1})
+    axis.set_yticks(ticks, [f"{steps[t]:,}" for t in ticks])
+    axis.axvline(0.5, color="black", linestyle="--", linewidth=1)
+    axis.set_xlabel("radial frequency (cycles per pixel; 0.5 = Nyquist, beyond: the corners)")
+    axis.set_ylabel("training step")
+    fig.colorbar(shown, ax=axis, ticks=[-1, 0, 1], label="S_gen / S_real − 1 (clipped to ±1)")
+    axis.set_title(title or "spectral error over training")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -104,6 +104,11 @@ def prepare(recipe: Recipe) -> Prepared:
                 f"model.out_channels is {options['out_channels']} but the images have {channels} channels"
             )
         return Prepared(recipe, recipe.model, bundle, None, None, None, None)
+    if recipe.task == "generator_testbed":
+        from upzoo.data.testbed import testbed_images
+
+        images, root = testbed_images(recipe.data, options["resolution"], options["latent_dim"], recipe.train.seed)
+        return Prepared(recipe, recipe.model, DataBundle(images, None, root), None, None, None, None)
     if recipe.task == "super_resolution":
         bundle = build_datasets(
             recipe.data, task="super_resolution", scale=options["scale"], in_channels=options.get("in_channels", 3)

@@ -32,7 +32,8 @@ __all__ = [
 class Recipe:
     """A validated recipe. ``task`` is ``gan`` for a ``dcgan`` model, ``super_resolution`` for
     ``espcn``, ``edsr`` and ``rrdbnet``, ``feature_upsampling`` (the JAFAR objective) for
-    ``feature_upsampler``, else ``segmentation`` (``linear_probe`` included)."""
+    ``feature_upsampler``, ``generator_testbed`` (Schwarz et al.'s regression) for ``pggan``, else
+    ``segmentation`` (``linear_probe`` included)."""
 
     model: ModelSpec
     data: DataConfig = field(default_factory=DataConfig)
@@ -41,13 +42,15 @@ class Recipe:
     source: str | None = None
 
     @property
-    def task(self) -> Literal["segmentation", "gan", "super_resolution", "feature_upsampling"]:
+    def task(self) -> Literal["segmentation", "gan", "super_resolution", "feature_upsampling", "generator_testbed"]:
         from upzoo.models.factory import SUPER_RESOLUTION
 
         if self.model.architecture in SUPER_RESOLUTION:
             return "super_resolution"
         if self.model.architecture == "feature_upsampler":
             return "feature_upsampling"
+        if self.model.architecture == "pggan":
+            return "generator_testbed"
         return "gan" if self.model.architecture == "dcgan" else "segmentation"
 
     def to_dict(self) -> dict[str, Any]:

@@ -69,8 +69,9 @@ class DataConfig(_Section):
     ``dataset.json``), ``images`` (any folder of images, for GANs and super-resolution) or
     ``package_images`` (super-resolution: photographs shipped in installed packages, by name;
     ``package_train``/``package_val`` name them, default the split of
-    :mod:`upzoo.data.package_images`). Super-resolution trains on ``patches_per_image`` random
-    high-resolution crops of ``crop_size`` per image and epoch. ``root: null`` uses the
+    :mod:`upzoo.data.package_images`) or ``toyset`` (the generator testbed's images, whose spectra
+    are Gaussian rings: the first ``synthetic_train`` of them, generated). Super-resolution trains
+    on ``patches_per_image`` random high-resolution crops of ``crop_size`` per image and epoch. ``root: null`` uses the
     embedded synthetic set of that kind, generated once into ``cache_dir`` (default
     ``$UPZOO_CACHE`` or ``~/.cache/upzoo``); ``synthetic_size`` defaults to 256x512 images or
     24x96x96 volumes. ``normalize`` defaults to ``imagenet`` for images and ``zscore`` for volumes.
@@ -80,7 +81,7 @@ class DataConfig(_Section):
     trains at each file's own spacing. Resampled cases are cached, so it is done once.
     """
 
-    kind: Literal["cityscapes", "volumes", "images", "package_images"] = "cityscapes"
+    kind: Literal["cityscapes", "volumes", "images", "package_images", "toyset"] = "cityscapes"
     root: str | None = None
     cache_dir: str | None = None
     train_split: Annotated[str, Field(min_length=1)] = "train"
@@ -139,6 +140,8 @@ class DataConfig(_Section):
             raise ValueError("target_spacing: applies to volumes (data.kind: volumes), not 2D images")
         if self.kind == "package_images" and self.root is not None:
             raise ValueError("root: package_images are found by name in the installed packages; remove root")
+        if self.kind == "toyset" and self.root is not None:
+            raise ValueError("root: the toyset is generated (synthetic_train images); remove root, or use kind: images")
         for key in ("package_train", "package_val"):
             if getattr(self, key) is not None and self.kind != "package_images":
                 raise ValueError(f"{key}: names package photographs, for data.kind: package_images, not {self.kind!r}")

@@ -27,6 +27,7 @@ QUALITY_3D = ("mean_dice", "hd95", "surface_dice", "miou")
 #: those a generator run has (KID and FD only with features)
 QUALITY_SR = ("psnr_y", "ssim_y", "psnr_rgb", "spectral_error", "checkerboard")
 QUALITY_GAN = ("swd", "spectral_error", "spectral_error_corners", "spectral_decay", "kid", "fd", "checkerboard")
+QUALITY_TESTBED = ("psnr", "spectral_error", "spectral_error_corners")
 
 #: the Cityscapes classes that are thin or small: where upsamplers differ (their mean IoU is reported)
 THIN_CLASSES = ("pole", "traffic light", "traffic sign", "person", "rider", "motorcycle", "bicycle")
@@ -53,7 +54,9 @@ def input_shape(recipe_file: str | Path) -> tuple[int, ...]:
     from upzoo.recipe import load_recipe
 
     recipe = load_recipe(recipe_file)
-    if recipe.task == "gan":
+    from upzoo.models.factory import LATENT_INPUT
+
+    if recipe.model.architecture in LATENT_INPUT:
         return (1, recipe.model.options["latent_dim"])
     prepared = prepare(recipe)
     bundle, data = prepared.data, prepared.recipe.data
@@ -125,7 +128,8 @@ def collect_comparison(
     architecture = plan.recipe["model"].get("architecture")
     gan = architecture == "dcgan"
     keys = QUALITY_GAN if gan else QUALITY_3D if plan.recipe["data"]["kind"] == "volumes" else QUALITY_2D
-    keys = QUALITY_SR if architecture in SUPER_RESOLUTION else keys
+    keys = QUALITY_SR if architecture in SUPER_RESOLUTION else QUALITY_TESTBED if architecture == "pggan" else keys
+    gan = gan or architecture == "pggan"  # generators: their spectra are plotted
     finished: dict[str, dict[int, dict]] = {label: {} for label in plan.variants}
     spectra: dict[str, list] = {label: [] for label in plan.variants}  # generators: for compare_spectra.png
     ran_on: dict[str, list[dict]] = {label: [] for label in plan.variants}  # machine, determinism, time

@@ -24,6 +24,7 @@ TITLES = {
     "psnr_y": "PSNR Y dB",
     "ssim_y": "SSIM Y",
     "psnr_rgb": "PSNR RGB dB",
+    "psnr": "PSNR dB",
     "swd": "SWD",
     "spectral_error": "spectral error",
     "spectral_error_corners": "corner error",

@@ -175,6 +175,14 @@ def _feature_table(result: dict) -> str:
             f"full images' feature grid; {result['images']} images")  # fmt: skip
 
 
+def _testbed_line(result: dict) -> str:
+    """A testbed generator's regression on one line."""
+    return (
+        f"PSNR {result['psnr']:.2f} dB  spectral error {result['spectral_error']:.3f} (0.25-0.5 cycles/pixel)  "
+        f"corner error {result['spectral_error_corners']:.3f} ({result['images']} images, step {result['step']})"
+    )
+
+
 def _generative_line(result: dict) -> str:
     """A generator's metrics on one line (what is there: SWD needs 16x16 images, KID/FD features)."""
     parts = [f"SWD {result['swd']:.2f}" if "swd" in result else "",
@@ -228,6 +236,9 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
         return
     if recipe.task == "feature_upsampling":
         click.echo(to_json(result) if as_json else _feature_table(result))
+        return
+    if recipe.task == "generator_testbed":
+        click.echo(to_json(result) if as_json else _testbed_line(result))
         return
     if as_json:
         names = result["class_names"]

@@ -41,14 +41,15 @@ def export_contract(loaded: LoadedModel) -> dict[str, str]:
         "upzoo.task": loaded.task,
     }
     options = loaded.spec.options
-    if loaded.task == "gan":
+    if loaded.task in ("gan", "generator_testbed"):  # a testbed generator has no tanh: its range is what it fitted
         contract.update({
             "input.layout": "NL",
             "input.dtype": "float32",
             "input.latent_dim": options["latent_dim"],
-            "input.preprocessing": "latents drawn from N(0, 1)",
+            "input.preprocessing": "latents drawn from N(0, 1)" if loaded.task == "gan" else
+                                   "the latents the run was trained with (N(0, 1), seeded by train.seed)",
             "output.layout": "NCHW",
-            "output.range": [-1.0, 1.0],
+            "output.range": [-1.0, 1.0] if loaded.task == "gan" else "unbounded (fitted to images in [-1, 1])",
         })  # fmt: skip
         return {k: v if isinstance(v, str) else json.dumps(v) for k, v in contract.items()}
     if loaded.task == "super_resolution":

@@ -44,8 +44,10 @@ def check_sizes(loaded: LoadedModel) -> list[tuple[int, ...]]:
     """Three input shapes ``(B, C, *S)`` (or ``(B, latent)`` for a generator): a size on the
     model's grid (at least twice its size step, so that no deepest feature has size 1), one off it
     on every axis, and a larger odd one; batch 2, 1 and 3."""
+    from upzoo.models.factory import LATENT_INPUT
+
     options = loaded.spec.options
-    if loaded.task == "gan":
+    if loaded.spec.architecture in LATENT_INPUT:
         return [(2, options["latent_dim"]), (1, options["latent_dim"]), (3, options["latent_dim"])]
     dims = options.get("spatial_dims", 2)
     base = tuple(loaded.recipe.data.crop_size or ((32,) * dims if dims == 3 else (64, 64)))

@@ -89,6 +89,20 @@ def as_unit_images(images: torch.Tensor, what: str = "images") -> torch.Tensor:
     return images
 
 
+def _finite_images(images: torch.Tensor) -> torch.Tensor:
+    """``(N, C, H, W)`` finite floats, any range.
+
+    Raises:
+        ShapeError: not a 4D float tensor, or NaN/inf.
+    """
+    if not isinstance(images, torch.Tensor) or images.ndim != 4 or 0 in images.shape or not images.is_floating_point():
+        shown = f"{tuple(images.shape)} {images.dtype}" if isinstance(images, torch.Tensor) else type(images).__name__
+        raise ShapeError(f"images: expected a float batch of images (N, C, H, W), got {shown}")
+    if not bool(torch.isfinite(images).all()):
+        raise ShapeError(f"images: {int((~torch.isfinite(images)).sum())} values are NaN or infinite")
+    return images
+
+
 class RadialSpectrum:
     """The azimuthally averaged power spectrum of a set of images, accumulated batch by batch.
 
@@ -96,9 +110,15 @@ class RadialSpectrum:
     >>> spectrum.update(torch.rand(8, 3, 32, 32))
     >>> spectrum.compute().shape  # rings 0..round(sqrt(2) * 16)
     (24,)
+
+    Args:
+        unit_range: images are uint8 or floats in [0, 1] (checked); ``False`` takes any finite
+            floats, e.g. a generator's raw output in the regression testbed, whose spectrum is
+            measured before any clamping (the power then is in the images' own units).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, unit_range: bool = True) -> None:
+        self.unit_range = unit_range
         self.size: tuple[int, int] | None = None
         self.total: torch.Tensor | None = None
         self.count = 0
@@ -109,7 +129,7 @@ class RadialSpectrum:
         Raises:
             ShapeError: images that are not square, or not of the size of the earlier batches.
         """
-        x = as_unit_images(images)
+        x = as_unit_images(images) if self.unit_range else _finite_images(images)
         # float64 input stays float64 (the sums are float64 anyway); half precision has no CPU FFT
         x = (x.float() if x.dtype in (torch.float16, torch.bfloat16) else x).mean(1)
         size = tuple(x.shape[-2:])

@@ -7,6 +7,7 @@ from upzoo.models.dcgan import DCGAN_TRANSPOSED_OPTIONS, DCGANDiscriminator, DCG
 from upzoo.models.encoders import PlainEncoder, SmpEncoder, create_encoder, load_encoder_weights
 from upzoo.models.factory import ModelSpec, build_discriminator, build_model
 from upzoo.models.feature_models import FeatureUpsampler, LinearProbe
+from upzoo.models.pggan import PGGANGenerator
 from upzoo.models.planning import plan_strides
 from upzoo.models.smp_adapter import smp_unet
 from upzoo.models.smp_decoders import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
@@ -27,6 +28,7 @@ __all__ = [
     "DCGANGenerator",
     "DCGANDiscriminator",
     "DCGAN_TRANSPOSED_OPTIONS",
+    "PGGANGenerator",
     "smp_unet",
     "smp_fpn",
     "smp_upernet",

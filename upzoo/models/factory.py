@@ -11,6 +11,7 @@ from torch import nn
 from upzoo.errors import ConfigError, did_you_mean
 from upzoo.models.dcgan import DCGANDiscriminator, DCGANGenerator
 from upzoo.models.feature_models import FeatureUpsampler, LinearProbe
+from upzoo.models.pggan import PGGANGenerator
 from upzoo.models.planning import plan_strides
 from upzoo.models.smp_adapter import smp_unet
 from upzoo.models.smp_decoders import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
@@ -20,11 +21,12 @@ from upzoo.validation import validate_kwargs
 
 __all__ = [
     "ModelSpec", "build_model", "build_discriminator", "ARCHITECTURES", "SUPER_RESOLUTION", "FROZEN_BACKBONE",
+    "LATENT_INPUT",
 ]  # fmt: skip
 
 Architecture = Literal[
     "unet", "smp_unet", "smp_fpn", "smp_upernet", "smp_segformer", "smp_deeplabv3plus", "dcgan", "espcn", "edsr",
-    "rrdbnet", "feature_upsampler", "linear_probe",
+    "rrdbnet", "feature_upsampler", "linear_probe", "pggan",
 ]  # fmt: skip
 #: the architectures of the super-resolution task
 SUPER_RESOLUTION = ("espcn", "edsr", "rrdbnet")
@@ -41,7 +43,10 @@ ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {
     "rrdbnet": RRDBNet,
     "feature_upsampler": FeatureUpsampler,
     "linear_probe": LinearProbe,
+    "pggan": PGGANGenerator,
 }
+#: the generators: their input is a batch of latent vectors (B, latent_dim), not an image
+LATENT_INPUT = ("dcgan", "pggan")
 #: the architectures whose input is an image in [0, 1] that a frozen backbone normalises itself
 FROZEN_BACKBONE = ("feature_upsampler", "linear_probe")
 

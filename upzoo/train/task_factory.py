@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from upzoo.train.feature_upsampling import FeatureUpsamplingTask
+from upzoo.train.generator_testbed import GeneratorTestbedTask
 from upzoo.train.super_resolution import SuperResolutionTask
 from upzoo.train.tasks import GanTask, SegmentationTask, Task
 
@@ -16,10 +17,13 @@ __all__ = ["make_task"]
 
 def make_task(prepared: Prepared) -> Task:
     """GAN for ``dcgan`` models, super-resolution for ``espcn``/``edsr``/``rrdbnet``, the JAFAR
-    objective for ``feature_upsampler``, segmentation otherwise (``linear_probe`` included). The
-    initial weights follow ``train.seed``."""
+    objective for ``feature_upsampler``, the generator testbed for ``pggan``, segmentation otherwise
+    (``linear_probe`` included). The initial weights follow ``train.seed``."""
     from upzoo.runtime import seed_everything
 
     seed_everything(prepared.recipe.train.seed)
-    tasks = {"gan": GanTask, "super_resolution": SuperResolutionTask, "feature_upsampling": FeatureUpsamplingTask}
+    tasks = {
+        "gan": GanTask, "super_resolution": SuperResolutionTask, "feature_upsampling": FeatureUpsamplingTask,
+        "generator_testbed": GeneratorTestbedTask,
+    }  # fmt: skip
     return tasks.get(prepared.task, SegmentationTask)(prepared)

@@ -14,6 +14,7 @@ from upzoo.upsamplers.loftup import LoftupUpsampler
 from upzoo.upsamplers.pixel_shuffle import PixelShuffleUpsampler, icnr_, pixel_shuffle_nd
 from upzoo.upsamplers.sapa import SapaUpsampler
 from upzoo.upsamplers.transposed import CheckerboardWarning, TransposedConvUpsampler, transposed_output_size
+from upzoo.upsamplers.zero_insertion import ZeroInsertionUpsampler, insert_zeros
 
 __all__ = [
     "Upsampler",
@@ -30,8 +31,10 @@ __all__ = [
     "InterpolateUpsampler",
     "PixelShuffleUpsampler",
     "TransposedConvUpsampler",
+    "ZeroInsertionUpsampler",
     "CheckerboardWarning",
     "icnr_",
     "pixel_shuffle_nd",
     "transposed_output_size",
+    "insert_zeros",
 ]

@@ -59,8 +59,11 @@ class PixelShuffleUpsampler(Upsampler):
     ``(1, 2, 2)`` for a volume upsampled in-plane only.
 
     Args:
-        kernel_size: odd conv kernel (int or per axis), "same" padding.
-        icnr: ICNR initialisation (default) so the initial output has no checkerboard.
+        kernel_size: odd conv kernel (int or per axis), "same" padding; ``None``: no convolution,
+            the shuffle alone (the ``reshape`` mode of Schwarz et al.'s generator testbed), which
+            needs ``in_channels == out_channels * prod(scale)``.
+        icnr: ICNR initialisation so the initial output has no checkerboard; ``None`` (default):
+            whenever there is a convolution.
         blur: the anti-checkerboard blur of Sugawara et al.: replicate-pad ``scale - 1`` in front and
             average over a ``scale``-sized window, stride 1 (output shape unchanged).
         bias: add a learned bias.
@@ -77,17 +80,20 @@ class PixelShuffleUpsampler(Upsampler):
         in_channels: int,
         out_channels: int,
         scale: int | Sequence[int],
-        kernel_size: int | Sequence[int] = 3,
-        icnr: bool = True,
+        kernel_size: int | Sequence[int] | None = 3,
+        icnr: bool | None = None,
         blur: bool = False,
         bias: bool = True,
     ) -> None:
         super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
+        self.blur = bool(blur)
+        if kernel_size is None:
+            self._shuffle_only(icnr, bias)
+            return
         self.kernel_size = to_ntuple(kernel_size, self.spatial_dims, "kernel_size")
         if any(k % 2 == 0 for k in self.kernel_size):
             raise ConfigError(f"pixel_shuffle needs an odd kernel_size for 'same' padding, got {self.kernel_size}")
-        self.icnr = bool(icnr)
-        self.blur = bool(blur)
+        self.icnr = True if icnr is None else bool(icnr)
         self.conv = conv_nd(self.spatial_dims)(
             self.in_channels,
             self.out_channels * self.scale_product,
@@ -97,7 +103,24 @@ class PixelShuffleUpsampler(Upsampler):
         )
         self.reset_parameters()
 
+    def _shuffle_only(self, icnr: bool | None, bias: bool) -> None:
+        """``kernel_size=None``: no convolution, so neither ICNR nor a bias, and the input must
+        already hold ``out_channels * prod(scale)`` channels."""
+        if icnr or not bias:
+            option = "icnr=True" if icnr else "bias=False"
+            raise ConfigError(f"pixel_shuffle {option} applies to its convolution, and kernel_size=None has none; "
+                              f"leave it unset or give a kernel_size")  # fmt: skip
+        if self.in_channels != self.out_channels * self.scale_product:
+            raise ConfigError(
+                f"pixel_shuffle without a convolution (kernel_size=None) rearranges channels into positions: "
+                f"in_channels must be out_channels * {self.scale_product} = {self.out_channels * self.scale_product}, "
+                f"got {self.in_channels}"
+            )
+        self.kernel_size, self.icnr, self.conv = None, False, None
+
     def reset_parameters(self) -> None:
+        if self.conv is None:
+            return
         if self.icnr:
             icnr_(self.conv.weight, self.scale_product)
             if self.conv.bias is not None:
@@ -106,7 +129,7 @@ class PixelShuffleUpsampler(Upsampler):
             self.conv.reset_parameters()
 
     def upsample(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.conv(x)
+        y = x if self.conv is None else self.conv(x)
         if self.spatial_dims == 2 and self.scale[0] == self.scale[1]:
             y = F.pixel_shuffle(y, self.scale[0])
         else:
