@@ -16,7 +16,7 @@ ODD_SIZES = {2: (5, 7), 3: (3, 5, 7)}
 
 
 def _keeps_channels(name: str) -> bool:
-    return name in ("interpolate", "masked_blur", "zero_insertion")
+    return upsampler_info(name).keeps_channels
 
 
 def _cases():

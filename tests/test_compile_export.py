@@ -46,7 +46,7 @@ def _block_cases():
 
 def _block(name: str, dims: int):
     info = upsampler_info(name)
-    keeps = name in ("interpolate", "masked_blur", "zero_insertion")
+    keeps = info.keeps_channels
     options = {"guide_channels": 3} if info.needs_guide else {}
     scale = 1 if info.kind == "post_filter" else 2
     torch.manual_seed(0)

@@ -36,7 +36,7 @@ def test_zero_insertion_puts_the_input_on_the_scale_grid_and_zeros_elsewhere(dim
 
 
 def test_zero_insertion_refuses_another_channel_count():
-    with pytest.raises(ConfigError, match=r"zero_insertion keeps the channel count: out_channels must equal "):
+    with pytest.raises(ConfigError, match=r"ZeroInsertionUpsampler keeps the channel count: out_channels must equal "):
         create_upsampler("zero_insertion", spatial_dims=2, in_channels=4, out_channels=2, scale=2)
 
 

@@ -83,9 +83,11 @@ def shrink(path: Path, cache: str) -> list[str]:
         f"data.cache_dir={cache}",
     ] + (
         ["--set", "data.synthetic_size=[64,128]", "--set", "data.resize=null", "--set", "data.crop_size=[64,64]"]
-        if "volume" not in path.name and "dcgan" not in path.name
+        if "volume" not in path.name and "dcgan" not in path.name and "testbed" not in path.name
         else ["--set", "data.synthetic_size=[64,128]"]
         if "dcgan" in path.name
+        else ["--set", "model.channel_divisor=64", "--set", "train.val_every=2"]
+        if "testbed" in path.name
         else ["--set", "data.synthetic_size=[12,48,48]", "--set", "data.crop_size=[8,32,32]"]
     )
 
@@ -102,6 +104,7 @@ def _recipe_cases():
         "cityscapes_": "cityscapes_unet_transposed",
         "sr_": "sr_espcn_x2",
         "featup_": "featup_jafar",
+        "testbed_": "testbed_toyset64_reshape",
     }
     for path in RECIPES:
         same_model = any(path.stem.startswith(k) and path.stem != v for k, v in defaults.items())
@@ -113,7 +116,7 @@ def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     loaded = load_recipe(recipe)
     assert loaded.model.architecture in ("unet", "dcgan", "smp_fpn", "smp_upernet", "smp_segformer",
                                          "smp_deeplabv3plus", "espcn", "edsr", "rrdbnet", "feature_upsampler",
-                                         "linear_probe")  # fmt: skip
+                                         "linear_probe", "pggan")  # fmt: skip
     assert loaded.data.root is None
     overrides = [value for value in shrink(recipe, cache) if value != "--set"]
     summary = train(load_recipe(recipe, overrides), tmp_path / "run", progress=False)  # in-process: no start-up
@@ -126,6 +129,9 @@ def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     elif loaded.task == "super_resolution":
         assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
         assert summary["val"]["per_image"][0]["image"] == "coffee" and summary["val"]["bicubic_psnr_y"] > 20
+    elif loaded.task == "generator_testbed":  # the untrained generator and the last step
+        assert (run / "best.pt").is_file() and (run / "spectral_error_evolution.png").is_file()
+        assert 5 < summary["val"]["psnr"] < 40 and (run / "spectra.csv").read_text().count("\n2,") == 46
     elif loaded.task == "feature_upsampling":
         assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
         assert -1 <= summary["val"]["cosine"] <= 1 and set(summary["val"]["per_ratio"]) == {"2", "4"}

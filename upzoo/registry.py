@@ -66,6 +66,12 @@ class BlockInfo:
         }
 
     @property
+    def keeps_channels(self) -> bool:
+        """Whether the block's output has its input's channels (``out_channels`` must equal
+        ``in_channels``: parameter-free resizes, zero insertion, post-filters)."""
+        return self.kind == "post_filter" or bool(getattr(self.factory, "keeps_channels", False))
+
+    @property
     def needs_guide(self) -> bool:
         """Whether the block is guided: ``forward(x, guide)`` with a ``guide_channels`` option."""
         return bool(getattr(self.factory, "needs_guide", False))

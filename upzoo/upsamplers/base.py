@@ -41,6 +41,7 @@ class Upsampler(nn.Module):
     supported_spatial_dims: ClassVar[tuple[int, ...]] = (2, 3)
     any_channels: ClassVar[bool] = False  # channel-wise blocks may leave the channels unset (None): any count
     needs_guide: ClassVar[bool] = False  # guided blocks take forward(x, guide) and a guide_channels option
+    keeps_channels: ClassVar[bool] = False  # out_channels must equal in_channels (nothing mixes channels)
     guide_channels: int | None = None
 
     def __init__(
@@ -57,6 +58,11 @@ class Upsampler(nn.Module):
         else:
             self.in_channels = check_positive_int(in_channels, "in_channels")
             self.out_channels = check_positive_int(out_channels, "out_channels")
+            if self.keeps_channels and self.out_channels != self.in_channels:
+                raise ConfigError(
+                    f"{type(self).__name__} keeps the channel count: out_channels must equal in_channels "
+                    f"({self.in_channels}), got {self.out_channels}; follow it with a convolution to change channels"
+                )
         self.scale: tuple[int, ...] = to_ntuple(scale, self.spatial_dims, "scale")
         if max(self.scale) > MAX_SCALE:
             raise ConfigError(f"scale must be at most {MAX_SCALE} per axis, got {scale!r}; upsample in several stages")
@@ -135,6 +141,7 @@ class PostFilter(Upsampler):
 
     kind: ClassVar[str] = "post_filter"
     any_channels: ClassVar[bool] = True
+    keeps_channels: ClassVar[bool] = True
 
     def __init__(self, *, spatial_dims: int, channels: int | None = None) -> None:
         super().__init__(spatial_dims=spatial_dims, in_channels=channels, out_channels=channels, scale=1)

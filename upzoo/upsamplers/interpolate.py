@@ -44,6 +44,8 @@ class InterpolateUpsampler(Upsampler):
         align_corners: as in :func:`torch.nn.functional.interpolate`, smooth modes only.
     """
 
+    keeps_channels = True
+
     def __init__(
         self,
         *,
@@ -55,11 +57,6 @@ class InterpolateUpsampler(Upsampler):
         align_corners: bool | None = None,
     ) -> None:
         super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
-        if self.out_channels != self.in_channels:
-            raise ConfigError(
-                f"interpolate keeps the channel count: out_channels must equal in_channels ({self.in_channels}), "
-                f"got {self.out_channels}; use interp_conv to change channels"
-            )
         check_interp_mode(mode, self.spatial_dims, align_corners)
         self.mode = mode
         self.align_corners = align_corners

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from upzoo.errors import ConfigError
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
 
@@ -47,13 +46,7 @@ class ZeroInsertionUpsampler(Upsampler):
             [0., 0., 0., 0., 0., 0.]])
     """
 
-    def __init__(self, *, spatial_dims: int, in_channels: int, out_channels: int, scale: int | Sequence[int]) -> None:
-        super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
-        if self.out_channels != self.in_channels:
-            raise ConfigError(
-                f"zero_insertion keeps the channel count: out_channels must equal in_channels ({self.in_channels}), "
-                f"got {self.out_channels}; follow it with a convolution to change channels"
-            )
+    keeps_channels = True
 
     def upsample(self, x: torch.Tensor) -> torch.Tensor:
         return insert_zeros(x, self.scale)
