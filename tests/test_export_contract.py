@@ -5,6 +5,7 @@ NumPy and PIL reproduces upzoo's predictions; a ``.pt2`` says when it needs ``im
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -107,8 +108,14 @@ def test_predict_through_onnxruntime_gives_the_eager_labels(run_dir, tmp_path):
     result = run_cli("predict", run_dir, images[0], "--out", tmp_path / "p", "--backend", "onnxruntime",
                      "--onnx", onnx, "--no-progress")  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert "export" not in result.stdout  # the given export: no time spent exporting
     written = np.asarray(Image.open(tmp_path / "p" / images[0].name))
     assert (written == Predictor(loaded).predict(str(images[0])).labels).mean() >= 0.999
+    exporting = run_cli("predict", run_dir, images[0], "--out", tmp_path / "q", "--backend", "onnxruntime",
+                        "--no-progress")  # fmt: skip
+    assert exporting.returncode == 0, exporting.stderr
+    assert re.search(r"before that, exporting the model to ONNX and verifying it took \d+\.\d s \(pass --onnx",
+                     exporting.stdout)  # fmt: skip
 
 
 @pytest.mark.slow  # inductor compiles C++ on the CPU: tens of seconds

@@ -22,27 +22,33 @@ from upzoo.metrics import image_checkerboard
 from upzoo.upsamplers.transposed import CheckerboardWarning
 
 TRANSPOSED = {"k4 s2 p1 (DCGAN)": (4, 1, 0), "k3 s2 p1 op1": (3, 1, 1), "k2 s2": (2, 0, 0)}
-VARIANTS = {
+K4 = {"upsampler": "transposed", "upsampler_options": {"kernel_size": 4, "padding": 1}}
+#: each generator as DCGANGenerator's keyword arguments (upsampler, options, last stage, post-filter)
+VARIANTS: dict[str, dict] = {
     **{
-        f"transposed {label}": ("transposed", {"kernel_size": k, "padding": p, "output_padding": op}, None)
+        f"transposed {label}": {
+            "upsampler": "transposed", "upsampler_options": {"kernel_size": k, "padding": p, "output_padding": op}
+        }
         for label, (k, p, op) in TRANSPOSED.items()
     },
-    "interp_conv nearest": ("interp_conv", {"mode": "nearest"}, None),
-    "interp_conv bilinear": ("interp_conv", {"mode": "bilinear"}, None),
-    "pixel_shuffle (ICNR)": ("pixel_shuffle", {}, None),
-    "pixel_shuffle icnr=False": ("pixel_shuffle", {"icnr": False}, None),
-    "fir": ("fir", {}, None),
-    "transposed k4, last stage fir": ("transposed", {"kernel_size": 4, "padding": 1}, "fir"),
-    "transposed k4, last stage interp_conv nearest": ("transposed", {"kernel_size": 4, "padding": 1}, "interp_conv"),
-}
+    "interp_conv nearest": {"upsampler": "interp_conv", "upsampler_options": {"mode": "nearest"}},
+    "interp_conv bilinear": {"upsampler": "interp_conv", "upsampler_options": {"mode": "bilinear"}},
+    "pixel_shuffle (ICNR)": {"upsampler": "pixel_shuffle"},
+    "pixel_shuffle icnr=False": {"upsampler": "pixel_shuffle", "upsampler_options": {"icnr": False}},
+    "fir": {"upsampler": "fir"},
+    "dysample": {"upsampler": "dysample"},
+    "carafe": {"upsampler": "carafe"},
+    "transposed k4, last stage fir": {**K4, "last_upsampler": "fir"},
+    "transposed k4, last stage interp_conv nearest": {**K4, "last_upsampler": "interp_conv"},
+    "transposed k4 + masked_blur post-filter": {**K4, "post_filter": "masked_blur"},
+}  # fmt: skip
 
 
-def score(name: str, options: dict, last: str | None, seed: int, images: int) -> float:
+def score(generator_options: dict, seed: int, images: int) -> float:
     torch.manual_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CheckerboardWarning)
-        generator = DCGANGenerator(100, 3, 32, upsampler=name, upsampler_options=options, last_upsampler=last,
-                                   base_channels=32).eval()  # fmt: skip
+        generator = DCGANGenerator(100, 3, 32, base_channels=32, **generator_options).eval()
     latents = torch.randn(images, 100, generator=torch.Generator().manual_seed(1000 + seed))
     with torch.no_grad():
         return image_checkerboard((generator(latents) + 1) / 2)
@@ -56,11 +62,11 @@ def main() -> None:
     print(f"torch {torch.__version__}; {args.seeds} seeds x {args.images} images of 32x32 per generator\n")
     print("| generator upsampler | checkerboard, fresh: mean ± std | min..max | theoretical overlap unevenness |")
     print("|---|---|---|---|")
-    for label, (name, options, last) in VARIANTS.items():
-        values = [score(name, options, last, seed, args.images) for seed in range(args.seeds)]
+    for label, options in VARIANTS.items():
+        values = [score(options, seed, args.images) for seed in range(args.seeds)]
         theory = "—"
-        if name == "transposed" and last is None:
-            theory = f"{overlap_unevenness((options['kernel_size'],) * 2, (2, 2)):.3f}"
+        if options["upsampler"] == "transposed" and len(options) == 2:  # every stage transposed, nothing after
+            theory = f"{overlap_unevenness((options['upsampler_options']['kernel_size'],) * 2, (2, 2)):.3f}"
         print(
             f"| {label} | {statistics.mean(values):.3f} ± {statistics.stdev(values):.3f} | "
             f"{min(values):.3f}..{max(values):.3f} | {theory} |"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -104,6 +105,7 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
         raise UsageError("--tile is for super-resolution runs; a segmentation run slides its window (--window)")
     if probabilities == "nifti" and not loaded.volumes:
         raise UsageError("--probabilities nifti is for volumes; use --probabilities npz for images")
+    started = time.perf_counter()  # the backend's set-up: an onnxruntime export is verified here
     predictor = Predictor(
         loaded,
         device=device,
@@ -119,12 +121,17 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     options = PredictOptions(
         Path(out_dir), overlay, probabilities, batch_size, workers, keep_going, overwrite, not no_progress
     )
+    setup = time.perf_counter() - started
     summary = predict_files(predictor, inputs, options)
+    exported = backend == "onnxruntime" and onnx_path is None
     if as_json:
-        click.echo(to_json(summary))
+        click.echo(to_json(summary | ({"export_seconds": round(setup, 3)} if exported else {})))
     else:
+        export = (f"; before that, exporting the model to ONNX and verifying it took {setup:.1f} s (pass --onnx "
+                  f"with a file from upzoo export to skip it)") if exported else ""  # fmt: skip
         click.echo(
             f"wrote {summary['written']} predictions to {out_dir} in {summary['seconds']:.1f} s ({summary['csv']})"
+            + export
         )
     for _, message in summary["failed"]:
         click.echo(f"skipped: {message}", err=True)
