@@ -89,6 +89,12 @@ def seg_run(tmp_path_factory):
     return root / "run"
 
 
+def cli_streams(*args: str) -> tuple[int, str, str]:
+    """:func:`run_cli` as ``(exit code, stdout, stderr)``."""
+    result = run_cli(*args)
+    return result.returncode, result.stdout, result.stderr
+
+
 def run_cli(*args: str):
     """``upzoo ARGS`` through the console script's ``main`` in this process (no interpreter start-up),
     as a ``CompletedProcess`` with the exit code, stdout and stderr."""

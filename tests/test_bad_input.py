@@ -7,18 +7,16 @@ import json
 import shutil
 from pathlib import Path
 
-import click
 import nibabel as nib
 import numpy as np
 import pytest
 import torch
 import yaml
-from click.testing import CliRunner
 from PIL import Image
 
+from conftest import cli_streams as run
 from conftest import small_recipe
 from upzoo import UNet, create_upsampler, masked_gaussian_blur
-from upzoo.cli import main
 from upzoo.data.cityscapes import CLASS_NAMES
 from upzoo.data.volumes import VolumeDataset
 from upzoo.errors import ConfigError, DataError, ShapeError, TrainingError
@@ -28,13 +26,6 @@ from upzoo.runs.checkpoint import load_checkpoint, save_checkpoint
 from upzoo.runs.folder import RunFolder
 from upzoo.train.engine import train
 from upzoo.upsamplers import CheckerboardWarning
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    """``upzoo ARGS`` in-process through the console script's ``main``."""
-    runner = CliRunner()
-    result = runner.invoke(click.Command("wrapper", callback=lambda: main(list(args))), [], catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def assert_one_line(code: int, err: str, message: str, expected_code: int = 1) -> None:

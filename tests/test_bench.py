@@ -13,7 +13,7 @@ import torch
 import yaml
 from torch import nn
 
-from conftest import small_recipe
+from conftest import run_cli, small_recipe
 from upzoo import create_upsampler
 from upzoo.bench.artifacts import checkerboard_score, image_checkerboard, overlap_pattern, overlap_unevenness
 from upzoo.bench.block_table import bench_blocks, count_flops
@@ -126,15 +126,7 @@ def test_bench_blocks_rows():
     assert [r["block"] for r in bench_blocks((1, 4, 4, 8, 8), runs=1)] == [n for n in names if n not in feature_blocks]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    """``upzoo ARGS`` through the console script's ``main`` in this process (no interpreter start-up)."""
-    import click
-    from click.testing import CliRunner
-
-    from upzoo.cli import main
-
-    result = CliRunner().invoke(click.Command("w", callback=lambda: main(list(args))), [], catch_exceptions=False)
-    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+_cli = run_cli
 
 
 def test_bench_commands(tmp_path):

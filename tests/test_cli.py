@@ -8,9 +8,9 @@ import sys
 
 import click
 import pytest
-from click.testing import CliRunner
 
-from upzoo.cli import cli, main
+from conftest import cli_streams as run
+from upzoo.cli import cli
 
 RECIPE = """
 model:
@@ -28,13 +28,6 @@ def recipe(tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_text(RECIPE)
     return str(path)
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    """Run ``upzoo`` in-process through ``main`` (the console script), capturing its streams."""
-    runner = CliRunner()
-    result = runner.invoke(click.Command("wrapper", callback=lambda: main(list(args))), [], catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def _all_commands(group: click.Group, prefix=()):

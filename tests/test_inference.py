@@ -10,26 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 from PIL import Image
 
-from conftest import small_volume_recipe
-from upzoo.cli.group import cli
+from conftest import run_cli, small_volume_recipe
 from upzoo.errors import ConfigError, DataError
 from upzoo.inference import Predictor, load_model
 from upzoo.inference.run import PredictOptions, predict_files
 from upzoo.recipe import parse_recipe
 from upzoo.train.engine import train
-
-
-def _run(args: list[str]):
-    from upzoo.cli import main
-
-    try:
-        main(args)
-    except SystemExit as exc:
-        return exc.code
-    return 0
 
 
 def _val_images(run: Path) -> list[Path]:
@@ -63,8 +51,7 @@ def test_predict_gives_the_labels_of_upzoo_eval(seg_run):
 def test_cli_predict_writes_labels_colours_overlays_and_csv(seg_run, tmp_path):
     images = _val_images(seg_run)
     out = tmp_path / "pred"
-    code = _run(["predict", str(seg_run), str(images[0].parent), "--out", str(out), "--overlay", "--no-progress"])
-    assert code == 0
+    assert run_cli("predict", seg_run, images[0].parent, "--out", out, "--overlay", "--no-progress").returncode == 0
     predictor = Predictor(load_model(seg_run))
     for image in images:
         stem = image.stem
@@ -82,37 +69,39 @@ def test_cli_predict_writes_labels_colours_overlays_and_csv(seg_run, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "extra.png").write_bytes(images[0].read_bytes())
-    assert _run(["predict", str(seg_run), str(other), "--out", str(out), "--no-progress"]) == 0
+    assert run_cli("predict", seg_run, other, "--out", out, "--no-progress").returncode == 0
     assert len((out / "predictions.csv").read_text().splitlines()) == len(images) + 2
-    assert _run(["predict", str(seg_run), str(other), "--out", str(out), "--overwrite", "--no-progress"]) == 0
+    assert run_cli("predict", seg_run, other, "--out", out, "--overwrite", "--no-progress").returncode == 0
     assert len((out / "predictions.csv").read_text().splitlines()) == len(images) + 2
 
 
-def test_nothing_is_overwritten_without_overwrite(seg_run, tmp_path, capsys):
+def test_nothing_is_overwritten_without_overwrite(seg_run, tmp_path):
     image = _val_images(seg_run)[0]
     out = tmp_path / "p"
-    assert _run(["predict", str(seg_run), str(image), "--out", str(out), "--no-progress"]) == 0
+    assert run_cli("predict", seg_run, image, "--out", out, "--no-progress").returncode == 0
     before = (out / f"{image.stem}.png").stat().st_mtime_ns
-    capsys.readouterr()
-    assert _run(["predict", str(seg_run), str(image), "--out", str(out), "--no-progress"]) == 1
-    err = capsys.readouterr().err.strip()
+    refused = run_cli("predict", seg_run, image, "--out", out, "--no-progress")
+    err = refused.stderr.strip()
+    assert refused.returncode == 1
     assert err.startswith("error: ") and "already exists" in err and "--overwrite" in err and "\n" not in err
     assert (out / f"{image.stem}.png").stat().st_mtime_ns == before
-    assert _run(["predict", str(seg_run), str(image), "--out", str(out), "--overwrite", "--no-progress"]) == 0
+    assert run_cli("predict", seg_run, image, "--out", out, "--overwrite", "--no-progress").returncode == 0
 
 
-def test_a_bad_file_stops_with_one_line_or_is_skipped_with_keep_going(seg_run, tmp_path, capsys):
+def test_a_bad_file_stops_with_one_line_or_is_skipped_with_keep_going(seg_run, tmp_path):
     good = _val_images(seg_run)[0]
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "a_good.png").write_bytes(good.read_bytes())
     (folder / "b_broken.png").write_bytes(b"not a png at all")
     Image.fromarray(np.zeros((8, 8, 4), np.uint8)).save(folder / "c_rgba.png")  # converted to RGB: fine
-    code = _run(["predict", str(seg_run), str(folder), "--out", str(tmp_path / "o1"), "--no-progress"])
-    err = capsys.readouterr().err.strip().splitlines()
+    result = run_cli("predict", seg_run, folder, "--out", tmp_path / "o1", "--no-progress")
+    code, err = result.returncode, result.stderr.strip().splitlines()
     assert code == 1 and err[-1].startswith("error: ") and "b_broken.png" in err[-1] and "--keep-going" in err[-1]
-    code = _run(["predict", str(seg_run), str(folder), "--out", str(tmp_path / "o2"), "--keep-going", "--no-progress"])
-    err = capsys.readouterr().err
+    result = run_cli(
+        *["predict", str(seg_run), str(folder), "--out", str(tmp_path / "o2"), "--keep-going", "--no-progress"]
+    )
+    code, err = result.returncode, result.stderr
     assert code == 1 and "skipped: " in err and "1 of 3 inputs failed" in err
     assert (tmp_path / "o2" / "a_good.png").is_file() and (tmp_path / "o2" / "c_rgba.png").is_file()
     assert not (tmp_path / "o2" / "b_broken.png").exists()
@@ -130,12 +119,12 @@ def test_a_bad_file_stops_with_one_line_or_is_skipped_with_keep_going(seg_run, t
         (["--device", "tpu"], "--device must be cpu, cuda or auto, got 'tpu'", 2),
     ],
 )
-def test_bad_predict_arguments_give_one_line(seg_run, tmp_path, capsys, args, message, exit_code):
+def test_bad_predict_arguments_give_one_line(seg_run, tmp_path, args, message, exit_code):
     image = str(_val_images(seg_run)[0])
     inputs = [a for a in args if not a.startswith("-") and "/" in a] or [image]
     options = [a for a in args if a not in inputs]
-    code = _run(["predict", str(seg_run), *inputs, "--out", str(tmp_path / "o"), "--no-progress", *options])
-    err = capsys.readouterr().err.strip()
+    result = run_cli("predict", seg_run, *inputs, "--out", tmp_path / "o", "--no-progress", *options)
+    code, err = result.returncode, result.stderr.strip()
     assert code == exit_code and err.startswith("error: ") and message in err and "\n" not in err
 
 
@@ -275,8 +264,8 @@ def test_sample_is_seeded_and_applies_the_post_filter(gan_run, tmp_path):
     from upzoo.filters import masked_gaussian_blur
     from upzoo.inference.sampling import generate
 
-    assert _run(["sample", str(gan_run), "--num", "5", "--out", str(tmp_path / "a"), "--seed", "7"]) == 0
-    assert _run(["sample", str(gan_run), "--num", "5", "--out", str(tmp_path / "b"), "--seed", "7"]) == 0
+    assert run_cli("sample", gan_run, "--num", "5", "--out", tmp_path / "a", "--seed", "7").returncode == 0
+    assert run_cli("sample", gan_run, "--num", "5", "--out", tmp_path / "b", "--seed", "7").returncode == 0
     for i in range(5):
         a, b = (np.asarray(Image.open(tmp_path / d / f"sample_{i:04d}.png")) for d in "ab")
         assert a.shape == (16, 16, 3)
@@ -290,23 +279,22 @@ def test_sample_is_seeded_and_applies_the_post_filter(gan_run, tmp_path):
     torch.testing.assert_close(images, masked_gaussian_blur(raw, threshold=0.5).clamp(-1, 1))
 
 
-def test_sample_refuses_a_segmentation_run(seg_run, tmp_path, capsys):
-    code = _run(["sample", str(seg_run), "--out", str(tmp_path / "s")])
-    err = capsys.readouterr().err.strip()
+def test_sample_refuses_a_segmentation_run(seg_run, tmp_path):
+    result = run_cli("sample", seg_run, "--out", tmp_path / "s")
+    code, err = result.returncode, result.stderr.strip()
     assert code == 1 and "sample needs a GAN (dcgan) run" in err and "\n" not in err
 
 
-def test_predict_refuses_a_gan_run(gan_run, tmp_path, capsys):
-    code = _run(["predict", str(gan_run), str(tmp_path), "--out", str(tmp_path / "o")])
-    err = capsys.readouterr().err.strip()
+def test_predict_refuses_a_gan_run(gan_run, tmp_path):
+    result = run_cli("predict", gan_run, tmp_path, "--out", tmp_path / "o")
+    code, err = result.returncode, result.stderr.strip()
     assert code == 1 and "predict needs a segmentation run" in err
 
 
 def test_export_cli_verifies_onnx_and_the_exported_program(seg_run, tmp_path):
-    runner = CliRunner()
-    result = runner.invoke(cli, ["export", str(seg_run), "--out", str(tmp_path / "m.onnx"), "--json"])
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    result = run_cli("export", seg_run, "--out", tmp_path / "m.onnx", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
     inputs = [c["input"] for c in report["checks"]]
     assert inputs == ["2x3x32x64", "1x3x33x65", "3x3x51x99"]  # the middle one is off the size grid
     assert all(c["ok"] and c["max_abs_diff"] <= 1e-4 for c in report["checks"])
@@ -317,8 +305,8 @@ def test_export_cli_verifies_onnx_and_the_exported_program(seg_run, tmp_path):
     with torch.no_grad():
         expected = load_model(seg_run).model(x).numpy()
     assert np.abs(session.run(None, {"input": x.numpy()})[0] - expected).max() < 1e-4
-    result = runner.invoke(cli, ["export", str(seg_run), "--format", "exported-program", "--json"])
-    assert result.exit_code == 0 and (seg_run / "model.pt2").is_file()
+    result = run_cli("export", seg_run, "--format", "exported-program", "--json")
+    assert result.returncode == 0 and (seg_run / "model.pt2").is_file()
     program = torch.export.load(str(seg_run / "model.pt2")).module()
     torch.testing.assert_close(program(x), torch.from_numpy(expected), atol=1e-5, rtol=0)
 

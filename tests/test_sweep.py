@@ -7,15 +7,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import click
 import numpy as np
 import pytest
 import yaml
-from click.testing import CliRunner
 from PIL import Image
 
-from conftest import small_recipe
-from upzoo.cli import main
+from conftest import run_cli, small_recipe
 from upzoo.recipe import parse_recipe
 from upzoo.train.engine import train
 
@@ -193,12 +190,11 @@ def test_bad_command_lines_end_in_one_line(world, line, code, fragment):
     args = [part.format(**world) for part in shlex.split(line)]
     root = Path(world["root"])
     before = _fingerprint(root)
-    runner = CliRunner()
-    result = runner.invoke(click.Command("w", callback=lambda: main(args)), [], catch_exceptions=False)
+    result = run_cli(*args)
     err = result.stderr
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in err and "unexpected" not in err, err
-    assert result.exit_code == code, (result.exit_code, err)
+    assert result.returncode == code, (result.returncode, err)
     assert fragment in errors[0], errors[0]
     after = _fingerprint(root)
     assert {k: v for k, v in after.items() if k in before} == before  # nothing the user had was changed

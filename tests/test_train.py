@@ -302,19 +302,9 @@ def test_bad_recipes_fail_with_their_path(tmp_path, content, message):
     path.write_text(yaml.safe_dump(content))
     with pytest.raises(ConfigError, match=message):
         load_recipe(path)
-    code, err = _main_in_process(["train", str(path)])
+    result = run_cli("train", path)
+    code, err = result.returncode, result.stderr
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err and err.startswith("error: ")
-
-
-def _main_in_process(args: list[str]) -> tuple[int, str]:
-    """``upzoo ARGS`` through the console script's ``main``, in this process: (exit code, stderr)."""
-    import click
-    from click.testing import CliRunner
-
-    from upzoo.cli import main
-
-    result = CliRunner().invoke(click.Command("w", callback=lambda: main(args)), [], catch_exceptions=False)
-    return result.exit_code, result.stderr
 
 
 def test_overrides_and_invalid_yaml(tmp_path):
