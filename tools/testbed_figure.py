@@ -13,19 +13,28 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 from pathlib import Path
 
 import numpy as np
 
+from upzoo.metrics.spectrum import corner_error, ring_frequencies, spectral_error
 from upzoo.train.generator_testbed import read_spectra
 
 
 def metrics_at(run: Path, steps: list[int]) -> dict[int, dict[str, float]]:
-    """``metrics.csv``'s evaluation rows at ``steps`` (those present)."""
+    """At each of ``steps`` that was evaluated: the spectral errors from ``spectra.csv`` (by the
+    metrics' own definitions; step 0 is the untrained generator) and the PSNR from ``metrics.csv``
+    (NaN at step 0, which the task measures only for the spectra)."""
     with open(run / "metrics.csv", newline="") as f:
-        rows = {int(r["step"]): r for r in csv.DictReader(f) if r.get("val_psnr")}
-    keys = ("val_psnr", "val_spectral_error", "val_spectral_error_corners")
-    return {s: {k: float(rows[s][k]) for k in keys} for s in steps if s in rows}
+        psnr = {int(r["step"]): float(r["val_psnr"]) for r in csv.DictReader(f) if r.get("val_psnr")}
+    table = read_spectra(run / "spectra.csv")
+    values = {}
+    for step in (s for s in steps if s in table):
+        generated, real = table[step]["generated"], table[step]["real"]
+        values[step] = {"val_psnr": psnr.get(step, math.nan), "val_spectral_error": spectral_error(generated, real)[1],
+                        "val_spectral_error_corners": corner_error(generated, real)}  # fmt: skip
+    return values
 
 
 def figure(runs: list[Path], out: Path) -> None:
@@ -38,11 +47,11 @@ def figure(runs: list[Path], out: Path) -> None:
     fig, axes = plt.subplots(1, len(runs) + 1, figsize=(3.2 * (len(runs) + 1), 3.4))
     for axis, (name, table) in zip(axes, tables.items()):
         steps = sorted(table)
+        width = ring_frequencies(table[steps[0]]["real"])[1]  # one ring in cycles per pixel
         rings = len(table[steps[0]]["real"])
-        size = 2 * round((rings - 1) / np.sqrt(2))
         image = np.clip(np.stack([table[s]["error"][1:] for s in steps]), -1, 1)
         shown = axis.imshow(image, cmap="bwr", vmin=-1, vmax=1, origin="lower", aspect="auto",
-                            extent=(0.5 / size, (rings - 0.5) / size, -0.5, len(steps) - 0.5))  # fmt: skip
+                            extent=(0.5 * width, (rings - 0.5) * width, -0.5, len(steps) - 0.5))  # fmt: skip
         ticks = sorted({0, len(steps) // 2, len(steps) - 1})
         axis.set_yticks(ticks, [f"{steps[t]:,}" for t in ticks])
         axis.axvline(0.5, color="black", linestyle="--", linewidth=1)
@@ -53,7 +62,7 @@ def figure(runs: list[Path], out: Path) -> None:
     spectra = axes[-1]
     for name, table in tables.items():
         last = table[max(table)]
-        frequency = np.arange(len(last["real"])) / (2 * round((len(last["real"]) - 1) / np.sqrt(2)))
+        frequency = ring_frequencies(last["real"])
         spectra.semilogy(frequency[1:], last["generated"][1:], label=name, linewidth=1)
     spectra.semilogy(frequency[1:], last["real"][1:], color="black", linewidth=2, label="real")
     spectra.axvspan(0.5, frequency[-1], color="grey", alpha=0.12, linewidth=0)
@@ -68,7 +77,7 @@ def figure(runs: list[Path], out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path)
-    parser.add_argument("--steps", default="1000,2500,5000", help="evaluation steps of the table")
+    parser.add_argument("--steps", default="0,1000,2500,5000", help="evaluation steps of the table")
     parser.add_argument("--out", type=Path, default=Path("testbed.png"))
     args = parser.parse_args()
     steps = [int(s) for s in args.steps.split(",")]
@@ -77,7 +86,8 @@ def main() -> None:
     for run in args.runs:
         values = metrics_at(run, steps)
         cells = [
-            f"{v['val_psnr']:.2f} / {v['val_spectral_error']:.3f} / {v['val_spectral_error_corners']:.3f}"
+            f"{v['val_psnr']:.2f}".replace("nan", "—")
+            + f" / {v['val_spectral_error']:.3f} / {v['val_spectral_error_corners']:.3f}"
             if (v := values.get(s))
             else "—"
             for s in steps

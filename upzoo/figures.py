@@ -112,8 +112,9 @@ def spectrum_plot(real: np.ndarray, generated: dict[str, np.ndarray], path: str 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    nyquist = round((len(real) - 1) / np.sqrt(2))
-    frequency = np.arange(len(real)) / nyquist
+    from upzoo.metrics.spectrum import ring_frequencies
+
+    frequency = 2 * ring_frequencies(real)  # 1 = Nyquist
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     axes[0].semilogy(frequency[1:], real[1:], color="black", linewidth=2, label="real")
     for name, spectrum in generated.items():
@@ -207,8 +208,9 @@ def spectrum_evolution_plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    size = 2 * round((len(real) - 1) / np.sqrt(2))  # the images' side
-    frequency = np.arange(len(real)) / size
+    from upzoo.metrics.spectrum import ring_frequencies
+
+    frequency = ring_frequencies(real)
     fig, axis = plt.subplots(figsize=(6.4, 4))
     steps = sorted(generated)
     colours = plt.cm.viridis(np.linspace(0, 1, len(steps)))
@@ -237,11 +239,13 @@ def spectral_error_evolution_plot(errors: dict[int, np.ndarray], path: str | Pat
 
     steps = sorted(errors)
     image = np.clip(np.stack([errors[s][1:] for s in steps]), -1, 1)
-    size = 2 * round((len(errors[steps[0]]) - 1) / np.sqrt(2))  # the images' side
-    top = (len(errors[steps[0]]) - 0.5) / size
+    from upzoo.metrics.spectrum import ring_frequencies
+
+    step = ring_frequencies(errors[steps[0]])[1]  # one ring's width in cycles per pixel
+    top = (len(errors[steps[0]]) - 0.5) * step
     fig, axis = plt.subplots(figsize=(6.4, 4))
     shown = axis.imshow(image, cmap="bwr", vmin=-1, vmax=1, origin="lower", aspect="auto",
-                        extent=(0.5 / size, top, -0.5, len(steps) - 0.5))  # fmt: skip
+                        extent=(0.5 * step, top, -0.5, len(steps) - 0.5))  # fmt: skip
     ticks = sorted({0, len(steps) // 2, len(steps) - 1})
     axis.set_yticks(ticks, [f"{steps[t]:,}" for t in ticks])
     axis.axvline(0.5, color="black", linestyle="--", linewidth=1)

@@ -45,6 +45,7 @@ __all__ = [
     "radial_power_spectrum",
     "spectral_error",
     "corner_error",
+    "ring_frequencies",
     "spectral_decay",
     "SpectralDecay",
 ]
@@ -174,6 +175,16 @@ def radial_power_spectrum(images: torch.Tensor, batch_size: int = 1024) -> np.nd
 def _nyquist(spectrum: np.ndarray) -> int:
     """The Nyquist radius (``N / 2``) of the square ``N x N`` images whose spectrum has these rings."""
     return round((len(spectrum) - 1) / np.sqrt(2))
+
+
+def ring_frequencies(spectrum: np.ndarray) -> np.ndarray:
+    """Each ring's radial frequency in cycles per pixel (``r / N``: 0.5 is Nyquist, the corners
+    reach ``sqrt(2) / 2``) for a radial spectrum of ``N x N`` images.
+
+    >>> ring_frequencies(np.zeros(24))[[0, 16, 23]].tolist()  # 32x32 images
+    [0.0, 0.5, 0.71875]
+    """
+    return np.arange(len(spectrum)) / (2 * _nyquist(spectrum))
 
 
 def _as_spectrum(spectrum: np.ndarray, what: str) -> np.ndarray:

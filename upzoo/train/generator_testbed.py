@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from upzoo.metrics.image_quality import psnr
-from upzoo.metrics.spectrum import RadialSpectrum, corner_error, spectral_error
+from upzoo.metrics.spectrum import RadialSpectrum, corner_error, ring_frequencies, spectral_error
 from upzoo.models import build_model
 from upzoo.runtime import atomic_write
 from upzoo.train.context import StepContext
@@ -78,9 +78,9 @@ def measure_generator(model: nn.Module, data: Any, device: torch.device, autocas
 
 
 def _rows(step: int, real: np.ndarray, measured: dict[str, Any]) -> list[list[Any]]:
-    size = 2 * round((len(real) - 1) / np.sqrt(2))
+    frequencies = ring_frequencies(real)
     return [
-        [step, r, r / size, f"{real[r]:.8g}", f"{measured['spectrum'][r]:.8g}", f"{measured['error'][r]:.8g}"]
+        [step, r, frequencies[r], f"{real[r]:.8g}", f"{measured['spectrum'][r]:.8g}", f"{measured['error'][r]:.8g}"]
         for r in range(len(real))
     ]
 
