@@ -288,3 +288,23 @@ def test_the_testbed_recipes_build_the_papers_generators():
         assert recipe.task == "generator_testbed" and recipe.train.betas == (0.0, 0.99)
         net = build_model(recipe.model)
         assert net(torch.randn(2, 64)).shape == (2, 3, 64, 64)
+
+
+def test_the_error_evolution_plot_shows_each_step_clipped_at_its_rings_frequencies(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from upzoo.figures import spectral_error_evolution_plot
+
+    saved = {}
+    monkeypatch.setattr(plt.Figure, "savefig", lambda fig, path, **kw: saved.setdefault("fig", fig))
+    errors = {0: np.linspace(-3, 3, 46), 250: np.full(46, 0.5), 500: np.zeros(46)}  # 64x64 images: 46 rings
+    spectral_error_evolution_plot(errors, tmp_path / "e.png")
+    axis = saved["fig"].axes[0]
+    image = axis.images[0]
+    np.testing.assert_allclose(image.get_array(), np.stack([np.clip(errors[s][1:], -1, 1) for s in (0, 250, 500)]))
+    left, right, _, _ = image.get_extent()
+    assert (left, right) == pytest.approx((0.5 / 64, 45.5 / 64))  # ring 1 to ring 45 in cycles per pixel
+    assert [t.get_text() for t in axis.get_yticklabels()] == ["0", "250", "500"]
