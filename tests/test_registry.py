@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 import torch
+from torch import nn
 
 from upzoo import ConfigError, MaskedGaussianBlur, RegistryError, create_upsampler, list_upsamplers, register_upsampler
 from upzoo.registry import UPSAMPLERS, PluginWarning, Registry, upsampler_info
@@ -223,3 +224,51 @@ def test_carafe_takes_the_option_names_of_fade_and_sapa_and_its_old_ones_for_a_r
     assert new.kernel_size == old.kernel_size == 3 and new.encoder.kernel_size == (1, 1)
     with pytest.raises(ConfigError, match=r"kernel_up=3 and kernel_size=5 differ; give kernel_size alone"):
         create_upsampler("carafe", spatial_dims=2, in_channels=4, out_channels=4, scale=2, kernel_size=5, kernel_up=3)
+
+
+def test_a_registered_architecture_trains_from_a_recipe_like_a_built_in(tmp_path):
+    from conftest import small_recipe
+    from upzoo import register_architecture
+    from upzoo.models.factory import ARCHITECTURES, architecture_info
+    from upzoo.recipe import parse_recipe
+    from upzoo.train.engine import train
+
+    def tiny_segmenter(*, in_channels: int = 3, num_classes: int = 2, width: int = 4) -> nn.Module:
+        return nn.Sequential(nn.Conv2d(in_channels, width, 3, padding=1), nn.ReLU(), nn.Conv2d(width, num_classes, 1))
+
+    register_architecture("tiny_segmenter", tiny_segmenter)
+    try:
+        assert architecture_info("tiny_segmenter").task == "segmentation"
+        model = {"architecture": "tiny_segmenter", "num_classes": 19, "width": 6}
+        recipe = parse_recipe({**small_recipe(tmp_path / "cache"), "model": model})
+        assert recipe.task == "segmentation"
+        summary = train(recipe, tmp_path / "run", progress=False)
+        assert summary["steps"] == 1 and 0 <= summary["val"]["miou"] <= 1
+        with pytest.raises(ConfigError, match=r"architecture 'tiny_segmenter' is registered already"):
+            register_architecture("tiny_segmenter", tiny_segmenter)
+        with pytest.raises(ConfigError, match=r"depth"):  # its keys are its builder's arguments
+            parse_recipe({**small_recipe(tmp_path / "cache"), "model": {**model, "depth": 2}})
+    finally:
+        del ARCHITECTURES["tiny_segmenter"]
+
+
+@pytest.mark.parametrize(
+    ("name", "task", "message"),
+    [
+        ("TinyNet", "segmentation", r"lowercase snake case, e.g. 'my_unet', got 'TinyNet'"),
+        ("tiny_net", "detection", r"task must be one of segmentation, gan, super_resolution, .* got 'detection'"),
+        ("unet", "segmentation", r"architecture 'unet' is registered already"),
+    ],
+)
+def test_bad_architecture_registrations_are_refused(name, task, message):
+    from upzoo import register_architecture
+
+    with pytest.raises(ConfigError, match=message):
+        register_architecture(name, nn.Identity, task=task)
+
+
+def test_an_unknown_architecture_names_the_registered_ones():
+    from upzoo.models import build_model
+
+    with pytest.raises(ConfigError, match=r"model.architecture: expected one of unet, .*pggan, got 'pgan'.*pggan"):
+        build_model({"architecture": "pgan"})

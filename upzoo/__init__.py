@@ -8,7 +8,7 @@ torch.Size([1, 4, 10, 14])
 
 from upzoo.errors import ConfigError, DataError, RegistryError, ShapeError, UpzooError
 from upzoo.filters import MaskedGaussianBlur, masked_gaussian_blur  # registers the post-filter
-from upzoo.models import DCGANDiscriminator, DCGANGenerator, UNet, build_model
+from upzoo.models import DCGANDiscriminator, DCGANGenerator, UNet, build_model, register_architecture
 from upzoo.models.backbones import register_run_reader
 from upzoo.registry import create_upsampler, list_upsamplers, register_upsampler, upsampler_info
 from upzoo.upsamplers import Upsampler  # registers the built-in blocks
@@ -27,6 +27,7 @@ __all__ = [
     "DCGANGenerator",
     "DCGANDiscriminator",
     "build_model",
+    "register_architecture",
     "UpzooError",
     "ConfigError",
     "RegistryError",

@@ -8,7 +8,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from upzoo.errors import ConfigError, did_you_mean
 from upzoo.models.factory import ModelSpec
@@ -30,10 +30,10 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Recipe:
-    """A validated recipe. ``task`` is ``gan`` for a ``dcgan`` model, ``super_resolution`` for
-    ``espcn``, ``edsr`` and ``rrdbnet``, ``feature_upsampling`` (the JAFAR objective) for
-    ``feature_upsampler``, ``generator_testbed`` (Schwarz et al.'s regression) for ``pggan``, else
-    ``segmentation`` (``linear_probe`` included)."""
+    """A validated recipe. ``task`` is the architecture's (:func:`~upzoo.models.register_architecture`):
+    ``gan`` for a ``dcgan`` model, ``super_resolution`` for ``espcn``, ``edsr`` and ``rrdbnet``,
+    ``feature_upsampling`` (the JAFAR objective) for ``feature_upsampler``, ``generator_testbed``
+    (Schwarz et al.'s regression) for ``pggan``, else ``segmentation`` (``linear_probe`` included)."""
 
     model: ModelSpec
     data: DataConfig = field(default_factory=DataConfig)
@@ -42,16 +42,10 @@ class Recipe:
     source: str | None = None
 
     @property
-    def task(self) -> Literal["segmentation", "gan", "super_resolution", "feature_upsampling", "generator_testbed"]:
-        from upzoo.models.factory import SUPER_RESOLUTION
+    def task(self) -> str:
+        from upzoo.models.factory import architecture_info
 
-        if self.model.architecture in SUPER_RESOLUTION:
-            return "super_resolution"
-        if self.model.architecture == "feature_upsampler":
-            return "feature_upsampling"
-        if self.model.architecture == "pggan":
-            return "generator_testbed"
-        return "gan" if self.model.architecture == "dcgan" else "segmentation"
+        return architecture_info(self.model.architecture).task
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved recipe as plain data (what a run folder's ``recipe.yaml`` holds)."""
@@ -196,9 +190,9 @@ def _check_model_fits_data(recipe: Recipe) -> None:
     """A 3D model trains on volumes, a 2D one on images, a frozen backbone on pixels in [0, 1]; the
     adversarial term is super-resolution's, the feature ratios the feature-upsampling objective's."""
     _check_task_keys(recipe)
-    from upzoo.models.factory import FROZEN_BACKBONE
+    from upzoo.models.factory import architecture_info
 
-    if recipe.model.architecture in FROZEN_BACKBONE:
+    if architecture_info(recipe.model.architecture).frozen_backbone:
         probe = recipe.model.architecture == "linear_probe"
         kinds = ("cityscapes",) if probe else ("cityscapes", "images", "package_images")
         if recipe.data.kind not in kinds:

@@ -66,7 +66,7 @@ def bench_model_command(
 
     from upzoo.bench.model_table import bench_model
     from upzoo.models import build_model
-    from upzoo.models.factory import LATENT_INPUT
+    from upzoo.models.factory import architecture_info
     from upzoo.prepare import resolve_model
     from upzoo.recipe import load_recipe
 
@@ -76,7 +76,7 @@ def bench_model_command(
     model = build_model(spec)
     if input_shape is not None:
         shape = parse_shape(input_shape, "--input")
-    elif spec.architecture in LATENT_INPUT:
+    elif architecture_info(spec.architecture).latent_input:
         shape = (64, spec.options["latent_dim"])
     else:
         crop = loaded.data.crop_size or loaded.data.synthetic_size or (256, 512)

@@ -129,10 +129,13 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     else:
         export = (f"; before that, exporting the model to ONNX and verifying it took {setup:.1f} s (pass --onnx "
                   f"with a file from upzoo export to skip it)") if exported else ""  # fmt: skip
-        click.echo(
-            f"wrote {summary['written']} predictions to {out_dir} in {summary['seconds']:.1f} s ({summary['csv']})"
-            + export
-        )
+        click.echo(f"wrote {summary['written']} predictions to {out_dir} in {summary['seconds']:.1f} s "
+                   f"({summary['csv']}){export}")  # fmt: skip
+    _report_failed(summary)
+
+
+def _report_failed(summary: dict) -> None:
+    """Each skipped input on stderr, then one error for all of them (exit code 1)."""
     for _, message in summary["failed"]:
         click.echo(f"skipped: {message}", err=True)
     if summary["failed"]:
@@ -156,10 +159,7 @@ def _upscale(loaded, inputs, out_dir, tile, device, amp, overwrite, keep_going, 
     else:
         how = f"in tiles of {summary['tile']} (halo {summary['halo']})" if summary["tile"] else "whole"
         click.echo(f"upscaled {summary['written']} images {how} into {out_dir} in {summary['seconds']:.1f} s")
-    for _, message in summary["failed"]:
-        click.echo(f"skipped: {message}", err=True)
-    if summary["failed"]:
-        raise UpzooError(f"{len(summary['failed'])} of {len(summary['failed']) + summary['written']} inputs failed")
+    _report_failed(summary)
 
 
 @cli.command("sample")

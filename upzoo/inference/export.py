@@ -44,10 +44,10 @@ def check_sizes(loaded: LoadedModel) -> list[tuple[int, ...]]:
     """Three input shapes ``(B, C, *S)`` (or ``(B, latent)`` for a generator): a size on the
     model's grid (at least twice its size step, so that no deepest feature has size 1), one off it
     on every axis, and a larger odd one; batch 2, 1 and 3."""
-    from upzoo.models.factory import LATENT_INPUT
+    from upzoo.models.factory import architecture_info
 
     options = loaded.spec.options
-    if loaded.spec.architecture in LATENT_INPUT:
+    if architecture_info(loaded.spec.architecture).latent_input:
         return [(2, options["latent_dim"]), (1, options["latent_dim"]), (3, options["latent_dim"])]
     dims = options.get("spatial_dims", 2)
     base = tuple(loaded.recipe.data.crop_size or ((32,) * dims if dims == 3 else (64, 64)))
@@ -332,9 +332,9 @@ def export_model(
     if fmt not in FORMATS:
         raise ConfigError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     start = time.perf_counter()
-    from upzoo.models.factory import FROZEN_BACKBONE
+    from upzoo.models.factory import architecture_info
 
-    if loaded.spec.architecture in FROZEN_BACKBONE:
+    if architecture_info(loaded.spec.architecture).frozen_backbone:
         raise ConfigError(
             f"{loaded.spec.architecture} runs do not export yet: a timm backbone's dynamic image size does not "
             f"trace with dynamic shapes; the upsampling blocks themselves export (torch.onnx.export of the block)"

@@ -5,7 +5,14 @@ ESPCN, EDSR and RRDBNet; feature upsampling on frozen backbones and its linear p
 from upzoo.models.backbones import FrozenBackbone, build_backbone, timm_backbone
 from upzoo.models.dcgan import DCGAN_TRANSPOSED_OPTIONS, DCGANDiscriminator, DCGANGenerator
 from upzoo.models.encoders import PlainEncoder, SmpEncoder, create_encoder, load_encoder_weights
-from upzoo.models.factory import ModelSpec, build_discriminator, build_model
+from upzoo.models.factory import (
+    ArchitectureInfo,
+    ModelSpec,
+    architecture_info,
+    build_discriminator,
+    build_model,
+    register_architecture,
+)
 from upzoo.models.feature_models import FeatureUpsampler, LinearProbe
 from upzoo.models.pggan import PGGANGenerator
 from upzoo.models.planning import plan_strides
@@ -36,6 +43,9 @@ __all__ = [
     "smp_deeplabv3plus",
     "plan_strides",
     "build_model",
+    "register_architecture",
+    "architecture_info",
+    "ArchitectureInfo",
     "build_discriminator",
     "ModelSpec",
     "PlainEncoder",

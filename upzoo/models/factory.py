@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from torch import nn
 
@@ -20,35 +20,91 @@ from upzoo.models.unet import UNet
 from upzoo.validation import validate_kwargs
 
 __all__ = [
-    "ModelSpec", "build_model", "build_discriminator", "ARCHITECTURES", "SUPER_RESOLUTION", "FROZEN_BACKBONE",
-    "LATENT_INPUT",
+    "ModelSpec", "build_model", "build_discriminator", "register_architecture", "architecture_info",
+    "ArchitectureInfo", "ARCHITECTURES", "TASKS",
 ]  # fmt: skip
 
-Architecture = Literal[
-    "unet", "smp_unet", "smp_fpn", "smp_upernet", "smp_segformer", "smp_deeplabv3plus", "dcgan", "espcn", "edsr",
-    "rrdbnet", "feature_upsampler", "linear_probe", "pggan",
-]  # fmt: skip
-#: the architectures of the super-resolution task
-SUPER_RESOLUTION = ("espcn", "edsr", "rrdbnet")
-ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {
-    "unet": UNet,
-    "smp_unet": smp_unet,
-    "smp_fpn": smp_fpn,
-    "smp_upernet": smp_upernet,
-    "smp_segformer": smp_segformer,
-    "smp_deeplabv3plus": smp_deeplabv3plus,
-    "dcgan": DCGANGenerator,
-    "espcn": ESPCN,
-    "edsr": EDSR,
-    "rrdbnet": RRDBNet,
-    "feature_upsampler": FeatureUpsampler,
-    "linear_probe": LinearProbe,
-    "pggan": PGGANGenerator,
-}
-#: the generators: their input is a batch of latent vectors (B, latent_dim), not an image
-LATENT_INPUT = ("dcgan", "pggan")
-#: the architectures whose input is an image in [0, 1] that a frozen backbone normalises itself
-FROZEN_BACKBONE = ("feature_upsampler", "linear_probe")
+#: what trains a model (``Recipe.task``): its loss, evaluation and checkpoint kind
+TASKS = ("segmentation", "gan", "super_resolution", "feature_upsampling", "generator_testbed")
+
+
+@dataclass(frozen=True)
+class ArchitectureInfo:
+    """What upzoo knows about an architecture: its builder (the constructor whose keyword arguments
+    are the recipe's ``model`` keys), the task that trains it, and what its input is: latent vectors
+    ``(B, latent_dim)`` (generators) or pixels in [0, 1] that a frozen backbone normalises itself."""
+
+    name: str
+    builder: Callable[..., nn.Module]
+    task: str = "segmentation"
+    latent_input: bool = False
+    frozen_backbone: bool = False
+
+
+#: every architecture by name (the built-ins below; others through :func:`register_architecture`)
+ARCHITECTURES: dict[str, ArchitectureInfo] = {}
+
+
+def register_architecture(
+    name: str,
+    builder: Callable[..., nn.Module],
+    *,
+    task: str = "segmentation",
+    latent_input: bool = False,
+    frozen_backbone: bool = False,
+    override: bool = False,
+) -> ArchitectureInfo:
+    """Make ``builder`` a recipe's ``model.architecture: NAME`` (as blocks register with the
+    upsampler registry): its keyword arguments become the ``model`` keys, checked against its
+    signature; ``task`` says what trains it (one of :data:`TASKS`; a segmentation model returns
+    ``(B, num_classes, *S)`` logits for ``(B, in_channels, *S)`` images).
+
+    >>> from torch import nn
+    >>> info = register_architecture("tiny_seg", lambda num_classes=2: nn.Conv2d(3, num_classes, 1))
+    >>> build_model({"architecture": "tiny_seg", "num_classes": 4}).out_channels
+    4
+    >>> del ARCHITECTURES["tiny_seg"]
+
+    Raises:
+        ConfigError: a name that is taken (unless ``override``), not lowercase snake case, or a task
+            that is not one of :data:`TASKS`.
+    """
+    if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
+        raise ConfigError(f"an architecture's name is lowercase snake case, e.g. 'my_unet', got {name!r}")
+    if task not in TASKS:
+        raise ConfigError(f"architecture {name!r}: task must be one of {', '.join(TASKS)}, got {task!r}")
+    if name in ARCHITECTURES and not override:
+        raise ConfigError(
+            f"architecture {name!r} is registered already ({ARCHITECTURES[name].builder!r}); choose another name "
+            f"or pass override=True"
+        )
+    ARCHITECTURES[name] = ArchitectureInfo(name, builder, task, latent_input, frozen_backbone)
+    return ARCHITECTURES[name]
+
+
+def architecture_info(name: str, path: str = "model") -> ArchitectureInfo:
+    """The registered architecture ``name`` (``path``: where it was given, for the message).
+
+    Raises:
+        ConfigError: an unknown name, with the registered ones and the closest.
+    """
+    if not isinstance(name, str) or name not in ARCHITECTURES:
+        raise ConfigError(
+            f"{path}.architecture: expected one of {', '.join(ARCHITECTURES)}, got {name!r}"
+            f"{did_you_mean(str(name), ARCHITECTURES)}"
+        )
+    return ARCHITECTURES[name]
+
+
+for _name, _builder in {"unet": UNet, "smp_unet": smp_unet, "smp_fpn": smp_fpn, "smp_upernet": smp_upernet,
+                        "smp_segformer": smp_segformer, "smp_deeplabv3plus": smp_deeplabv3plus,
+                        "linear_probe": LinearProbe}.items():  # fmt: skip
+    register_architecture(_name, _builder, frozen_backbone=_name == "linear_probe")
+for _name, _builder in {"espcn": ESPCN, "edsr": EDSR, "rrdbnet": RRDBNet}.items():
+    register_architecture(_name, _builder, task="super_resolution")
+register_architecture("dcgan", DCGANGenerator, task="gan", latent_input=True)
+register_architecture("feature_upsampler", FeatureUpsampler, task="feature_upsampling", frozen_backbone=True)
+register_architecture("pggan", PGGANGenerator, task="generator_testbed", latent_input=True)
 
 
 @dataclass(frozen=True)
@@ -58,7 +114,7 @@ class ModelSpec:
     In a recipe: ``model: {architecture: unet, spatial_dims: 2, in_channels: 3, num_classes: 19, ...}``.
     """
 
-    architecture: Architecture
+    architecture: str
     options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -72,15 +128,11 @@ class ModelSpec:
             raise ConfigError(f"{path}: expected a mapping with an 'architecture' key, got {data!r}")
         options = dict(data)
         architecture = options.pop("architecture", "unet")
-        if architecture not in ARCHITECTURES:
-            raise ConfigError(
-                f"{path}.architecture: expected one of {', '.join(ARCHITECTURES)}, got {architecture!r}"
-                f"{did_you_mean(str(architecture), ARCHITECTURES)}"
-            )
+        builder = architecture_info(architecture, path).builder
         auto = architecture == "unet" and options.get("strides") == "auto"
         if auto:  # planned from the data's voxel spacing when the recipe runs (resolve_auto_strides)
             options.pop("strides")
-        validated = validate_kwargs(ARCHITECTURES[architecture], options, path)
+        validated = validate_kwargs(builder, options, path)
         if auto:
             validated["strides"] = "auto"
         return cls(architecture, validated)
@@ -116,7 +168,7 @@ def build_model(spec: ModelSpec | Mapping[str, Any]) -> nn.Module:
             "model.strides 'auto' is planned from the data's voxel spacing: resolve it with "
             "ModelSpec.resolve_auto_strides(spacing, patch_size) (upzoo train does) or give strides"
         )
-    return ARCHITECTURES[spec.architecture](**spec.options)
+    return ARCHITECTURES[spec.architecture].builder(**spec.options)
 
 
 def build_discriminator(
