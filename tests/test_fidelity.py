@@ -312,12 +312,18 @@ def test_public_constructors_and_functions_check_their_arguments():
     with pytest.raises(ConfigError, match="UNet channels is an empty list"):
         UNet(spatial_dims=2, in_channels=3, num_classes=2, channels=[])
     with pytest.raises(ConfigError, match="stage 0: the upsampler turns 4x4 into 7x7, not 8x8"):
-        DCGANGenerator(16, 3, 32, upsampler="transposed", upsampler_options={"kernel_size": 3, "padding": 1})
+        DCGANGenerator(
+            latent_dim=16,
+            out_channels=3,
+            resolution=32,
+            upsampler="transposed",
+            upsampler_options={"kernel_size": 3, "padding": 1},
+        )
     for kwargs in ({}, {"upsampler": "transposed", "upsampler_options": {"kernel_size": 3, "padding": 1,
                                                                           "output_padding": 1}}):  # fmt: skip
         for resolution in (8, 16, 32, 64):
             with pytest.warns() if kwargs else _no_warning():
-                g = DCGANGenerator(8, 3, resolution, base_channels=4, **kwargs)
+                g = DCGANGenerator(latent_dim=8, out_channels=3, resolution=resolution, base_channels=4, **kwargs)
             assert g(torch.randn(2, 8)).shape == (2, 3, resolution, resolution)
     with pytest.raises(ConfigError, match=r"spacing must be positive finite voxel sizes in mm, .* got \(nan"):
         plan_strides((math.nan, 1.0, 1.0), (8, 8, 8))

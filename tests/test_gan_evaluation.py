@@ -104,8 +104,8 @@ def test_a_spectrally_normalised_discriminator_has_no_batchnorm_and_the_same_sha
     from upzoo.models import DCGANDiscriminator
 
     batch, spectral = (
-        DCGANDiscriminator(3, 32, base_channels=8),
-        DCGANDiscriminator(3, 32, base_channels=8, norm="spectral"),
+        DCGANDiscriminator(in_channels=3, resolution=32, base_channels=8),
+        DCGANDiscriminator(in_channels=3, resolution=32, base_channels=8, norm="spectral"),
     )
     x = torch.rand(5, 3, 32, 32)
     assert batch(x).shape == spectral(x).shape == (5,)
@@ -118,7 +118,7 @@ def test_a_spectrally_normalised_discriminator_has_no_batchnorm_and_the_same_sha
     top = float(torch.linalg.matrix_norm(convs[1].weight.detach().flatten(1), ord=2))
     assert top == pytest.approx(1.0, abs=0.05)
     with pytest.raises(ConfigError, match="norm must be 'batch' or 'spectral', got 'layer'"):
-        DCGANDiscriminator(3, 32, norm="layer")
+        DCGANDiscriminator(in_channels=3, resolution=32, norm="layer")
 
 
 @pytest.mark.slow  # six small GAN trainings and the speed measurement

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import segmentation_models_pytorch as smp
 import torch
@@ -203,13 +205,13 @@ def test_smp_adapter_accepts_every_upsampler(upsampler):
 def test_generator_with_every_upsampler(upsampler, resolution):
     if upsampler_info(upsampler).needs_guide:  # a generator has no encoder feature to guide it
         with pytest.raises(ConfigError, match=rf"DCGANGenerator stage 0: '{upsampler}' is guided by the encoder skip"):
-            DCGANGenerator(16, 3, resolution, upsampler=upsampler, base_channels=8)
+            DCGANGenerator(latent_dim=16, out_channels=3, resolution=resolution, upsampler=upsampler, base_channels=8)
         return
     if upsampler_info(upsampler).keeps_channels:  # the generator halves channels at every stage
         with pytest.raises(ConfigError, match=r"Upsampler keeps the channel count"):
-            DCGANGenerator(16, 3, resolution, upsampler=upsampler, base_channels=8)
+            DCGANGenerator(latent_dim=16, out_channels=3, resolution=resolution, upsampler=upsampler, base_channels=8)
         return
-    g = DCGANGenerator(16, 3, resolution, upsampler=upsampler, base_channels=8)
+    g = DCGANGenerator(latent_dim=16, out_channels=3, resolution=resolution, upsampler=upsampler, base_channels=8)
     assert [type(m).__name__ for m in g.stages[0][1:]] == ["BatchNorm2d", "ReLU"]
     assert [type(m).__name__ for m in g.stages[-1][1:]] == ["Tanh"]
     x = g(torch.randn(3, 16))
@@ -243,11 +245,17 @@ def test_last_upsampler_swaps_the_last_stage_alone(last, options):
 
 def test_last_upsampler_options_need_a_last_upsampler_and_are_checked():
     with pytest.raises(ConfigError, match="last_upsampler_options without a last_upsampler"):
-        DCGANGenerator(16, 3, 32, last_upsampler_options={"mode": "bilinear"})
+        DCGANGenerator(latent_dim=16, out_channels=3, resolution=32, last_upsampler_options={"mode": "bilinear"})
     with pytest.raises(ConfigError, match=r"DCGANGenerator stage 2: 'fade' is guided"):
-        DCGANGenerator(16, 3, 32, last_upsampler="fade")
+        DCGANGenerator(latent_dim=16, out_channels=3, resolution=32, last_upsampler="fade")
     with pytest.raises(RegistryError, match="nope"):
-        DCGANGenerator(16, 3, 32, last_upsampler="interp_conv", last_upsampler_options={"nope": 1})
+        DCGANGenerator(
+            latent_dim=16,
+            out_channels=3,
+            resolution=32,
+            last_upsampler="interp_conv",
+            last_upsampler_options={"nope": 1},
+        )
     spec = ModelSpec.from_dict({"architecture": "dcgan", "latent_dim": 8, "out_channels": 3, "resolution": 32,
                                 "last_upsampler": "fir", "base_channels": 4})  # fmt: skip
     assert type(build_model(spec).stages[-1][0]).__name__ == "FirUpsampler"
@@ -258,7 +266,7 @@ def test_classic_dcgan_and_discriminator_at_128_with_masked_blur():
         32, 3, 128, base_channels=8, post_filter="masked_blur", post_filter_options={"threshold": 0.5}
     )
     assert g.stages[0][0].kernel_size == (4, 4) and g.stages[0][0].padding == (1, 1)
-    d = DCGANDiscriminator(3, 128, base_channels=8)
+    d = DCGANDiscriminator(in_channels=3, resolution=128, base_channels=8)
     x = g(torch.randn(2, 32, 1, 1))
     assert x.shape == (2, 3, 128, 128) and d(x).shape == (2,)
     with pytest.raises(ShapeError, match="expects 128x128 images, got 64x64"):
@@ -266,7 +274,7 @@ def test_classic_dcgan_and_discriminator_at_128_with_masked_blur():
     with pytest.raises(ShapeError, match=r"expects latents \(B, 32\)"):
         g(torch.randn(2, 31))
     with pytest.raises(ConfigError, match="power of two"):
-        DCGANGenerator(8, 3, 48)
+        DCGANGenerator(latent_dim=8, out_channels=3, resolution=48)
     assert DCGAN_TRANSPOSED_OPTIONS == {"kernel_size": 4, "padding": 1}
 
 
@@ -308,3 +316,18 @@ def test_build_model_validates_the_spec():
         build_model({"architecture": "unet", "spatial_dims": 2, "in_channels": 3})
     with pytest.raises(ConfigError, match="model.architecture: .*did you mean 'dcgan'"):
         build_model({"architecture": "dcgann"})
+
+
+def test_the_generators_positional_arguments_still_work_for_a_release_with_a_warning():
+    with pytest.warns(FutureWarning, match=r"DCGANGenerator: pass latent_dim=, out_channels=, resolution= by keyword"):
+        old = DCGANGenerator(16, 3, 32, base_channels=8)
+    torch.manual_seed(0)
+    new = DCGANGenerator(latent_dim=16, out_channels=3, resolution=32, base_channels=8)
+    assert [p.shape for p in old.parameters()] == [p.shape for p in new.parameters()]
+    with pytest.warns(FutureWarning, match=r"DCGANDiscriminator: pass in_channels=, resolution= by keyword"):
+        DCGANDiscriminator(3, 32, base_channels=8)
+    with pytest.raises(TypeError, match=r"got 'latent_dim' both by position and by keyword"):
+        DCGANGenerator(16, latent_dim=16, out_channels=3, resolution=32)
+    with pytest.raises(TypeError, match=r"takes at most 3 positional arguments, got 4"):
+        DCGANGenerator(16, 3, 32, "interp_conv")
+    assert all(p.kind == p.KEYWORD_ONLY for p in inspect.signature(DCGANGenerator).parameters.values())

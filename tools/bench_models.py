@@ -68,7 +68,7 @@ def bench_dcgan(runs: int) -> None:
         g = DCGANGenerator.classic(
             100, 3, 64, post_filter=post_filter, post_filter_options={"threshold": 0.5} if post_filter else None
         )
-        d = DCGANDiscriminator(3, 64)
+        d = DCGANDiscriminator(in_channels=3, resolution=64)
         og, od = torch.optim.Adam(g.parameters(), 2e-4), torch.optim.Adam(d.parameters(), 2e-4)
         ones, zeros = torch.ones(64), torch.zeros(64)
 

@@ -48,7 +48,9 @@ def score(generator_options: dict, seed: int, images: int) -> float:
     torch.manual_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CheckerboardWarning)
-        generator = DCGANGenerator(100, 3, 32, base_channels=32, **generator_options).eval()
+        generator = DCGANGenerator(
+            latent_dim=100, out_channels=3, resolution=32, base_channels=32, **generator_options
+        ).eval()
     latents = torch.randn(images, 100, generator=torch.Generator().manual_seed(1000 + seed))
     with torch.no_grad():
         return image_checkerboard((generator(latents) + 1) / 2)

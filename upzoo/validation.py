@@ -28,6 +28,7 @@ __all__ = [
     "validate_kwargs",
     "type_hints",
     "config_error",
+    "positional_deprecated",
     "shown",
 ]
 
@@ -179,3 +180,40 @@ def config_error(exc: ValidationError, section: str, model: type[BaseModel]) -> 
     if error["type"].endswith(("_type", "_parsing", "_from_float")) and kind in _EXPECTED:
         return ConfigError(f"{path}: expected {_EXPECTED[kind]}, got {shown(given)} ({type(given).__name__})")
     return ConfigError(f"{path}: {message[0].lower() + message[1:]}, got {shown(given)}")
+
+
+def positional_deprecated(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate an ``__init__`` whose arguments ``names`` became keyword-only: calls that still pass
+    them by position work for one more release, with a ``FutureWarning`` naming the keywords (timm's
+    way of changing a signature without breaking its users). The signature seen by ``inspect`` and
+    by :func:`validate_kwargs` is the new, keyword-only one.
+
+    Raises:
+        TypeError: more positional arguments than ``names``, or one given both ways.
+    """
+
+    def decorate(init: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(init)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if args:
+                owner = type(self).__name__
+                if len(args) > len(names):
+                    raise TypeError(f"{owner} takes at most {len(names)} positional arguments, got {len(args)}")
+                given = names[: len(args)]
+                twice = [name for name in given if name in kwargs]
+                if twice:
+                    raise TypeError(f"{owner} got {twice[0]!r} both by position and by keyword")
+                import warnings
+
+                warnings.warn(
+                    f"{owner}: pass {', '.join(f'{n}=' for n in given)} by keyword; positional arguments are "
+                    f"deprecated and stop working in the next release",
+                    FutureWarning,
+                    stacklevel=2,
+                )
+                kwargs.update(zip(given, args))
+            return init(self, **kwargs)
+
+        return wrapper
+
+    return decorate

@@ -14,6 +14,7 @@ from upzoo.layers import check_input_shape
 from upzoo.registry import block_options, create_upsampler
 from upzoo.runtime import warnings_at_caller
 from upzoo.upsamplers.guides import guide_options
+from upzoo.validation import positional_deprecated
 
 __all__ = ["DCGANGenerator", "DCGANDiscriminator", "DCGAN_TRANSPOSED_OPTIONS"]
 
@@ -45,12 +46,13 @@ class DCGANGenerator(nn.Module):
             the size, ``last_upsampler_options`` without a ``last_upsampler``, or a block's options.
     """
 
+    @positional_deprecated("latent_dim", "out_channels", "resolution")
     def __init__(
         self,
+        *,
         latent_dim: int,
         out_channels: int,
         resolution: int,
-        *,
         upsampler: str = "interp_conv",
         upsampler_options: dict[str, Any] | None = None,
         last_upsampler: str | None = None,
@@ -94,9 +96,9 @@ class DCGANGenerator(nn.Module):
     ) -> DCGANGenerator:
         """The original DCGAN generator: transposed convs with kernel 4, stride 2, padding 1."""
         return cls(
-            latent_dim,
-            out_channels,
-            resolution,
+            latent_dim=latent_dim,
+            out_channels=out_channels,
+            resolution=resolution,
             upsampler="transposed",
             upsampler_options=DCGAN_TRANSPOSED_OPTIONS,
             **kwargs,
@@ -173,7 +175,8 @@ class DCGANDiscriminator(nn.Module):
     first (DCGAN); ``norm="spectral"``: every conv spectrally normalised and no BatchNorm (Miyato et
     al., ICLR 2018: the discriminator stays Lipschitz, a stabiliser when it wins too easily)."""
 
-    def __init__(self, in_channels: int, resolution: int, *, base_channels: int = 64, norm: str = "batch") -> None:
+    @positional_deprecated("in_channels", "resolution")
+    def __init__(self, *, in_channels: int, resolution: int, base_channels: int = 64, norm: str = "batch") -> None:
         super().__init__()
         if norm not in ("batch", "spectral"):
             raise ConfigError(f"DCGANDiscriminator norm must be 'batch' or 'spectral', got {norm!r}")

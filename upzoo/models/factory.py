@@ -180,4 +180,6 @@ def build_discriminator(
     if spec.architecture != "dcgan":
         raise ConfigError(f"a discriminator goes with architecture 'dcgan', not {spec.architecture!r}")
     options = spec.options
-    return DCGANDiscriminator(options["out_channels"], options["resolution"], base_channels=base_channels, norm=norm)
+    return DCGANDiscriminator(
+        in_channels=options["out_channels"], resolution=options["resolution"], base_channels=base_channels, norm=norm
+    )
