@@ -308,3 +308,21 @@ def test_the_error_evolution_plot_shows_each_step_clipped_at_its_rings_frequenci
     left, right, _, _ = image.get_extent()
     assert (left, right) == pytest.approx((0.5 / 64, 45.5 / 64))  # ring 1 to ring 45 in cycles per pixel
     assert [t.get_text() for t in axis.get_yticklabels()] == ["0", "250", "500"]
+
+
+@pytest.mark.slow  # four trainings and the interleaved timing
+def test_bench_compare_runs_the_testbed_over_blocks_with_psnr_and_spectra(tmp_path):
+    import yaml
+
+    recipe = tmp_path / "testbed.yaml"
+    recipe.write_text(yaml.safe_dump(_testbed_recipe(tmp_path / "cache", max_steps=2, val_every=2)))
+    out = tmp_path / "cmp"
+    result = run_cli("bench", "compare", recipe, "--upsamplers", "zero_insertion,interpolate:mode=nearest",
+                     "--seeds", "2", "--out", out, "--rounds", "3", "--no-progress", "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["upsampler"] for r in rows] == ["zero_insertion", "interpolate mode=nearest"]
+    for row in rows:
+        assert row["seeds"] == 2 and 0 < row["psnr_mean"] < 60 and row["spectral_error_corners_mean"] >= 0
+    assert "psnr_diff" in rows[1] and "PSNR dB" in (out / "compare.md").read_text()
+    assert (out / "compare_spectra.png").stat().st_size > 1000

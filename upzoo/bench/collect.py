@@ -54,9 +54,9 @@ def input_shape(recipe_file: str | Path) -> tuple[int, ...]:
     from upzoo.recipe import load_recipe
 
     recipe = load_recipe(recipe_file)
-    from upzoo.models.factory import LATENT_INPUT
+    from upzoo.models.factory import architecture_info
 
-    if recipe.model.architecture in LATENT_INPUT:
+    if architecture_info(recipe.model.architecture).latent_input:
         return (1, recipe.model.options["latent_dim"])
     prepared = prepare(recipe)
     bundle, data = prepared.data, prepared.recipe.data
@@ -123,13 +123,14 @@ def collect_comparison(
         DataError: no readable plan in ``out``.
     """
     plan = read_plan(out)
-    from upzoo.models.factory import SUPER_RESOLUTION
+    from upzoo.models.factory import architecture_info
 
-    architecture = plan.recipe["model"].get("architecture")
-    gan = architecture == "dcgan"
-    keys = QUALITY_GAN if gan else QUALITY_3D if plan.recipe["data"]["kind"] == "volumes" else QUALITY_2D
-    keys = QUALITY_SR if architecture in SUPER_RESOLUTION else QUALITY_TESTBED if architecture == "pggan" else keys
-    gan = gan or architecture == "pggan"  # generators: their spectra are plotted
+    task = architecture_info(plan.recipe["model"].get("architecture", "unet")).task
+    volumes = plan.recipe["data"]["kind"] == "volumes"
+    keys = {"gan": QUALITY_GAN, "super_resolution": QUALITY_SR, "generator_testbed": QUALITY_TESTBED}.get(
+        task, QUALITY_3D if volumes else QUALITY_2D
+    )
+    gan = task in ("gan", "generator_testbed")  # generators: their spectra are plotted
     finished: dict[str, dict[int, dict]] = {label: {} for label in plan.variants}
     spectra: dict[str, list] = {label: [] for label in plan.variants}  # generators: for compare_spectra.png
     ran_on: dict[str, list[dict]] = {label: [] for label in plan.variants}  # machine, determinism, time
