@@ -21,6 +21,7 @@ from upzoo.bench.collect import collect_comparison
 from upzoo.bench.launchers import SlurmOptions, launch_local, launch_slurm, sbatch_preview, slurm_executor
 from upzoo.bench.plan import JOBS_FILE, plan_comparison, read_plan, write_plan
 from upzoo.bench.variants import parse_variants
+from upzoo.errors import ConfigError
 from upzoo.recipe import parse_recipe
 from upzoo.runtime import FolderLock
 from upzoo.train.engine import train
@@ -212,3 +213,32 @@ def test_the_slurm_path_runs_end_to_end_on_submitit_s_local_executor(cache, tmp_
     assert not missing and rows[0]["seeds"] == 2
     script = sbatch_preview(plan, SlurmOptions(partition="gpu", cpus=1, parallelism=2), tmp_path / "cmp" / "slurm")
     assert "#SBATCH --array=0-1%2" in script
+
+
+def test_an_edited_cell_is_refused_by_continue_and_by_collect_alike(tmp_path):
+    """The one identity rule: ``train --continue`` (runs.state) and ``bench collect`` name the same
+    first difference for a run folder whose recipe differs from its cell's."""
+    import yaml
+
+    from upzoo.bench.collect import cell_outcome
+    from upzoo.bench.plan import Cell
+    from upzoo.prepare import prepare
+    from upzoo.recipe import parse_recipe, plain
+    from upzoo.runs.state import run_state
+
+    recipe = parse_recipe(small_recipe(tmp_path / "cache"))
+    folder = tmp_path / "cell"
+    folder.mkdir()
+    edited = plain(recipe.to_dict())
+    edited["train"]["lr"] = 0.5
+    (folder / "recipe.yaml").write_text(yaml.safe_dump(edited))
+    (folder / "last.pt").write_bytes(b"")
+    cell_recipe = tmp_path / "cell.yaml"
+    cell_recipe.write_text(yaml.safe_dump(plain(recipe.to_dict())))
+    cell = Cell(variant="v", seed=0, recipe_file=str(cell_recipe), recipe_hash="", folder=str(folder),
+                log=str(tmp_path / "v.log"))  # fmt: skip
+    summary, reason = cell_outcome(cell)
+    with pytest.raises(ConfigError) as refused:
+        run_state(folder, prepare(recipe))
+    difference = "train.lr: 0.5 there, 0.001 here"
+    assert summary is None and difference in reason and difference in str(refused.value)

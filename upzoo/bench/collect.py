@@ -18,6 +18,7 @@ import torch
 from upzoo.bench.launchers import last_error
 from upzoo.bench.plan import Cell, Plan, read_plan
 from upzoo.bench.stats import paired_difference, seed_interval
+from upzoo.runs.identity import first_difference, is_finished
 from upzoo.yaml_files import read_yaml_file
 
 __all__ = ["collect_comparison", "cell_outcome", "quality_of", "cells_machines", "machine_note", "THIN_CLASSES"]
@@ -64,35 +65,23 @@ def input_shape(recipe_file: str | Path) -> tuple[int, ...]:
     return (1, *sample.shape) if data.kind != "volumes" else (1, sample.shape[0], *data.crop_size)
 
 
-def _same_cell(stored: Any, cell_recipe: dict[str, Any]) -> bool:
-    """Whether a run folder's ``recipe.yaml`` is a run of the cell's recipe (``prepare`` may only
-    have planned ``strides: auto``)."""
-    if not isinstance(stored, dict):
-        return False
-    if any(stored.get(s) != cell_recipe.get(s) for s in ("data", "train", "eval")):
-        return False
-    ours, theirs = cell_recipe.get("model") or {}, stored.get("model") or {}
-    resolved = ("strides", "channels") if ours.get("strides") == "auto" else ()
-    return all(theirs.get(k) == v for k, v in ours.items() if k not in resolved)
-
-
 def cell_outcome(cell: Cell) -> tuple[dict[str, Any] | None, str]:
     """``(summary, "")`` for a finished cell, else ``(None, why not)``."""
     folder = Path(cell.folder)
     summary_file, recipe_file = folder / "summary.json", folder / "recipe.yaml"
     if recipe_file.is_file():
         try:
-            if not _same_cell(
-                read_yaml_file(recipe_file, "run recipe"), read_yaml_file(cell.recipe_file, "cell recipe")
-            ):
-                return None, f"{folder} holds a run of another recipe than {cell.recipe_file}"
+            stored, wanted = read_yaml_file(recipe_file, "run recipe"), read_yaml_file(cell.recipe_file, "cell recipe")
         except Exception as exc:  # an unreadable recipe is this cell's problem, not the collection's
             return None, f"{recipe_file}: {exc}"
+        difference = first_difference(stored, wanted)
+        if difference is not None:
+            return None, f"{folder} holds a run of another recipe than {cell.recipe_file} ({difference})"
     try:
         summary = json.loads(summary_file.read_text())
     except (OSError, ValueError):
         summary = None
-    if isinstance(summary, dict) and not summary.get("interrupted") and isinstance(summary.get("val"), dict):
+    if is_finished(summary):
         return summary, ""
     if (folder / "last.pt").is_file():
         return None, "unfinished (run the plan again: it continues from last.pt)"

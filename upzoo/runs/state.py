@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from upzoo.errors import ConfigError
+from upzoo.runs.identity import first_difference, is_finished
 
 __all__ = ["run_state", "expected_recipe"]
 
@@ -37,33 +38,19 @@ def run_state(folder: str | Path, prepared: Any) -> tuple[State, dict[str, Any] 
     summary, recipe = folder / "summary.json", folder / "recipe.yaml"
     if not recipe.is_file() or not (folder / "last.pt").is_file():
         return "new", None
-    expected, stored = expected_recipe(prepared), read_yaml_file(recipe, "run recipe")
-    if stored != expected:
-        raise ConfigError(f"{folder} holds a run of another recipe ({_first_difference(stored, expected)}); move it "
-                          f"away or use another folder")  # fmt: skip
+    difference = first_difference(read_yaml_file(recipe, "run recipe"), expected_recipe(prepared))
+    if difference is not None:
+        raise ConfigError(f"{folder} holds a run of another recipe ({difference}); move it away or use another folder")
     try:
         done = json.loads(summary.read_text()) if summary.is_file() else None
     except (OSError, ValueError):
         done = None  # a summary cut short: the run is continued from last.pt and writes it again
-    finished = isinstance(done, dict) and not done.get("interrupted") and done.get("steps") == done.get("total_steps")
-    if not finished:
+    if not is_finished(done):
         return "resume", None
     if isinstance(done.get("val"), dict):  # older summaries hold inf (a missed class) as null; metrics.csv keeps it
         missing = {k: v for k, v in _last_evaluation(folder / "metrics.csv").items() if done["val"].get(k) is None}
         done["val"].update(missing)
     return "done", done
-
-
-def _first_difference(stored: Any, expected: dict[str, Any]) -> str:
-    """``train.lr: 0.5 there, 0.01 here`` for the first key that differs."""
-    if not isinstance(stored, dict):
-        return "its recipe.yaml is not a mapping"
-    for section in ("model", "data", "train", "eval"):
-        theirs, ours = stored.get(section) or {}, expected.get(section) or {}
-        if theirs != ours:
-            key = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))[0]
-            return f"{section}.{key}: {theirs.get(key)!r} there, {ours.get(key)!r} here"
-    return "sections differ"
 
 
 def _last_evaluation(path: Path) -> dict[str, float]:

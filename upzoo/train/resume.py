@@ -10,6 +10,7 @@ from typing import Any
 from upzoo.errors import ConfigError, TrainingError
 from upzoo.recipe import Recipe, apply_overrides, parse_recipe
 from upzoo.runs.checkpoint import load_checkpoint, load_weights
+from upzoo.runs.identity import first_difference
 from upzoo.runtime import restore_rng_state
 from upzoo.yaml_files import read_yaml_file
 
@@ -40,16 +41,13 @@ def resume_recipe(run_dir: str | Path, recipe: str | Path | None = None, overrid
     stored = _stored_recipe(run_dir)
     given = read_yaml_file(recipe) if recipe is not None else stored
     given = apply_overrides(given, overrides)
-    for section in ("model", "data"):
-        theirs, ours = parse_recipe(given, source=str(recipe) if recipe else None).to_dict()[section], stored[section]
-        if section == "model" and theirs.get("strides") == "auto":  # planned at the start of the run
-            theirs = {**theirs, "strides": ours.get("strides"), "channels": ours.get("channels")}
-        if theirs != ours:
-            changed = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-            raise ConfigError(
-                f"resuming {run_dir} cannot change {section}.{changed[0]}; only train and eval "
-                f"settings may change, or start a new run"
-            )
+    difference = first_difference(stored, parse_recipe(given, source=str(recipe) if recipe else None).to_dict(),
+                                  ("model", "data"))  # fmt: skip
+    if difference is not None:
+        raise ConfigError(
+            f"resuming {run_dir} cannot change {difference.split(':')[0]} ({difference}); only train and eval "
+            f"settings may change, or start a new run"
+        )
     effective = {**given, "model": stored["model"], "data": stored["data"]}
     return parse_recipe(effective, source=str(run_dir / "recipe.yaml"))
 
@@ -62,14 +60,12 @@ def check_unchanged_recipe(state: dict, resumed: dict, checkpoint: Path) -> None
         TrainingError: naming the first key that differs and both values.
     """
     saved = {"model": state.get("model_spec"), "data": (state.get("recipe") or {}).get("data")}
-    for section in ("model", "data"):
-        theirs, ours = saved[section], resumed[section]
-        if not isinstance(theirs, dict) or theirs == ours:
-            continue
-        key = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))[0]
+    sections = [s for s in ("model", "data") if isinstance(saved[s], dict)]  # old checkpoints may lack one
+    difference = first_difference(saved, resumed, sections)
+    if difference is not None:
         raise TrainingError(
-            f"{checkpoint} was trained with {section}.{key} = {theirs.get(key)!r}, but the run's recipe.yaml now says "
-            f"{ours.get(key)!r}; only train and eval settings may change on --resume: undo the edit or start a new run"
+            f"{checkpoint} was trained with another {difference.split('.')[0]} than the run's recipe.yaml now holds "
+            f"({difference}); only train and eval settings may change on --resume: undo the edit or start a new run"
         )
 
 
