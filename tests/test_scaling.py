@@ -242,3 +242,52 @@ def test_an_edited_cell_is_refused_by_continue_and_by_collect_alike(tmp_path):
         run_state(folder, prepare(recipe))
     difference = "train.lr: 0.5 there, 0.001 here"
     assert summary is None and difference in reason and difference in str(refused.value)
+
+
+@pytest.mark.slow  # two cells of 60 steps, one of them twice
+def test_ctrl_c_stops_an_in_process_comparison_at_a_step_and_it_continues_later(cache, tmp_path):
+    plan = _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=2, max_steps=60, log_every=1)
+    first = Path(plan.cells[0].folder)
+
+    def interrupt_after_a_few_steps() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            metrics = first / "metrics.csv"
+            if metrics.is_file() and len(metrics.read_text().splitlines()) > 2:
+                os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=interrupt_after_a_few_steps)
+    watcher.start()
+    with pytest.raises(KeyboardInterrupt):
+        launch_local(plan, jobs=1, echo=lambda line: None, progress=False)
+    watcher.join()
+    summary = json.loads((first / "summary.json").read_text())
+    assert summary["interrupted"] and 0 < summary["steps"] < 60 and (first / "last.pt").is_file()
+    assert not Path(plan.cells[1].folder).exists()  # the second cell never started
+    results = launch_local(plan, jobs=1, echo=lambda line: None, progress=False)  # the same command again
+    assert [r.status for r in results] == ["done", "done"]
+    assert json.loads((first / "summary.json").read_text())["steps"] == 60
+
+
+def test_a_bug_in_an_in_process_cell_fails_that_cell_with_its_traceback_and_the_rest_runs(cache, tmp_path, monkeypatch):
+    import upzoo.train.engine as engine
+
+    plan = _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=2, max_steps=1)
+    real_train, calls = engine.train, []
+
+    def train_with_a_bug(recipe, folder, **kwargs):
+        calls.append(folder)
+        if len(calls) == 1:
+            raise ZeroDivisionError("a bug in the first cell")
+        return real_train(recipe, folder, **kwargs)
+
+    monkeypatch.setattr(engine, "train", train_with_a_bug)
+    results = launch_local(plan, jobs=1, echo=lambda line: None, progress=False)
+    assert [r.status for r in results] == ["failed", "done"]
+    assert results[0].error.startswith("unexpected ZeroDivisionError: a bug in the first cell (traceback in ")
+    log = Path(plan.cells[0].log).read_text()
+    assert "Traceback (most recent call last)" in log and "ZeroDivisionError" in log
+    _, missing = collect_comparison(tmp_path / "cmp", rounds=3)
+    assert missing[0]["reason"] == "error: unexpected ZeroDivisionError: a bug in the first cell"

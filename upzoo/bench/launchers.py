@@ -77,16 +77,28 @@ def exit_reason(code: int, log: str | Path) -> str:
 
 
 def _run_in_process(cell: Cell) -> CellResult:
+    """One cell in this process (and thread: Ctrl-C reaches its training loop). Its log gets the
+    error as a worker's would: the one line of an upzoo error, the traceback of anything else (a
+    bug fails its cell, and the comparison goes on to the next)."""
+    import traceback
+
     from upzoo.recipe import load_recipe
     from upzoo.train.engine import train
 
     start = time.perf_counter()
+    Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
     try:
         summary = train(load_recipe(cell.recipe_file), cell.folder, resume="auto", progress=False)
     except UpzooError as exc:
+        Path(cell.log).write_text(f"error: {exc}\n")
         return CellResult(cell, "failed", time.perf_counter() - start, str(exc))
+    except Exception as exc:  # noqa: BLE001 - a bug: kept whole in the log
+        Path(cell.log).write_text(traceback.format_exc() + f"error: unexpected {type(exc).__name__}: {exc}\n")
+        return CellResult(cell, "failed", time.perf_counter() - start,
+                          f"unexpected {type(exc).__name__}: {exc} (traceback in {cell.log})")  # fmt: skip
     if summary.get("interrupted"):  # Ctrl-C: last.pt is written; the next launch continues the cell
         raise KeyboardInterrupt
+    Path(cell.log).write_text(f"done: {summary.get('steps')} steps\n")
     return CellResult(cell, "done", time.perf_counter() - start)
 
 
@@ -255,10 +267,18 @@ def _with_retries(cells, run, jobs: int, retries: int, echo) -> list[CellResult]
     while pending and attempt <= retries:
         if attempt:
             echo(f"retry {attempt} of {retries}: {len(pending)} failed cell(s)")
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for result in pool.map(run, pending):
+        if jobs == 1:  # in this thread: a cell trained in-process hears Ctrl-C at its next step
+            outcomes = map(run, pending)
+        else:
+            pool = ThreadPoolExecutor(max_workers=jobs)
+            outcomes = pool.map(run, pending)
+        try:
+            for result in outcomes:
                 result.attempts = attempt + 1
                 results[result.cell.folder] = result
+        finally:
+            if jobs > 1:
+                pool.shutdown(cancel_futures=True)
         pending = [r.cell for r in results.values() if r is not None and r.status == "failed"]
         attempt += 1
     return list(results.values())
