@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from upzoo.bench.launchers import last_error
+from upzoo.bench.cells import last_error
 from upzoo.bench.plan import Cell, Plan, read_plan
 from upzoo.bench.stats import paired_difference, seed_interval
 from upzoo.runs.identity import first_difference, is_finished

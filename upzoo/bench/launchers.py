@@ -16,15 +16,15 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from upzoo.bench.cells import CellResult, exit_reason, last_error, report, run_in_process, run_subprocess
 from upzoo.bench.plan import Cell, Plan
-from upzoo.errors import ConfigError, UpzooError
+from upzoo.errors import ConfigError
 
 __all__ = [
-    "CellResult",
     "parse_devices",
     "check_devices",
     "launch_local",
@@ -32,89 +32,7 @@ __all__ = [
     "SlurmOptions",
     "slurm_executor",
     "sbatch_preview",
-    "last_error",
-    "exit_reason",
 ]
-
-
-@dataclass
-class CellResult:
-    """How a cell ended: ``done`` (trained now or earlier) or ``failed`` (with the error and its log)."""
-
-    cell: Cell
-    status: str
-    seconds: float = 0.0
-    error: str = ""
-    attempts: int = 1
-
-
-def last_error(log: str | Path) -> str:
-    """The ``error:`` line of a cell's log (else its last line), to report a failure in one line."""
-    try:
-        lines = [line.strip() for line in Path(log).read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return "no log"
-    errors = [line for line in lines if line.startswith("error:")]
-    return (errors or lines or ["exited without output"])[-1]
-
-
-def exit_reason(code: int, log: str | Path) -> str:
-    """Why a cell's process ended with ``code``: the signal that killed it (a negative code, as
-    ``subprocess`` reports it), with its log's last line where it left one; else :func:`last_error`.
-
-    >>> exit_reason(-9, "/nonexistent.log")
-    'killed by SIGKILL (no log)'
-    """
-    if code >= 0:
-        return last_error(log)
-    import signal
-
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"signal {-code}"
-    return f"killed by {name} ({last_error(log)})"
-
-
-def _run_in_process(cell: Cell) -> CellResult:
-    """One cell in this process (and thread: Ctrl-C reaches its training loop). Its log gets the
-    error as a worker's would: the one line of an upzoo error, the traceback of anything else (a
-    bug fails its cell, and the comparison goes on to the next)."""
-    import traceback
-
-    from upzoo.recipe import load_recipe
-    from upzoo.train.engine import train
-
-    start = time.perf_counter()
-    Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        summary = train(load_recipe(cell.recipe_file), cell.folder, resume="auto", progress=False)
-    except UpzooError as exc:
-        Path(cell.log).write_text(f"error: {exc}\n")
-        return CellResult(cell, "failed", time.perf_counter() - start, str(exc))
-    except Exception as exc:  # noqa: BLE001 - a bug: kept whole in the log
-        Path(cell.log).write_text(traceback.format_exc() + f"error: unexpected {type(exc).__name__}: {exc}\n")
-        return CellResult(cell, "failed", time.perf_counter() - start,
-                          f"unexpected {type(exc).__name__}: {exc} (traceback in {cell.log})")  # fmt: skip
-    if summary.get("interrupted"):  # Ctrl-C: last.pt is written; the next launch continues the cell
-        raise KeyboardInterrupt
-    Path(cell.log).write_text(f"done: {summary.get('steps')} steps\n")
-    return CellResult(cell, "done", time.perf_counter() - start)
-
-
-def _run_subprocess(cell: Cell, env: dict[str, str]) -> CellResult:
-    from upzoo.bench.plan import python_command
-
-    start = time.perf_counter()
-    Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
-    with open(cell.log, "w") as log:
-        code = subprocess.call(python_command(cell), stdout=log, stderr=subprocess.STDOUT, env=env)
-    seconds = time.perf_counter() - start
-    return (
-        CellResult(cell, "done", seconds)
-        if code == 0
-        else CellResult(cell, "failed", seconds, exit_reason(code, cell.log))
-    )
 
 
 class _Worker:
@@ -137,9 +55,7 @@ class _Worker:
             )
         start = time.perf_counter()
         try:
-            self.process.stdin.write(
-                json.dumps({"recipe_file": cell.recipe_file, "folder": cell.folder, "log": cell.log}) + "\n"
-            )
+            self.process.stdin.write(json.dumps(asdict(cell)) + "\n")
             self.process.stdin.flush()
             reply = self.process.stdout.readline()
         except BrokenPipeError:
@@ -243,12 +159,12 @@ def launch_local(
         try:
             echo(f"start {cell.variant} seed {cell.seed} (worker {slot})")
             if cell.nproc > 1:  # a DDP cell: its own command launches torchrun
-                result = _run_subprocess(cell, _worker_env(slot, jobs, devices, cell.nproc))
+                result = run_subprocess(cell, _worker_env(slot, jobs, devices, cell.nproc))
             else:
-                result = _run_in_process(cell) if in_process else workers[slot].run(cell)
+                result = run_in_process(cell) if in_process else workers[slot].run(cell)
         finally:
             slots.put(slot)
-        _report(result, echo)
+        report(result, echo)
         bar.update(1)
         return result
 
@@ -282,14 +198,6 @@ def _with_retries(cells, run, jobs: int, retries: int, echo) -> list[CellResult]
         pending = [r.cell for r in results.values() if r is not None and r.status == "failed"]
         attempt += 1
     return list(results.values())
-
-
-def _report(result: CellResult, echo: Callable[[str], None]) -> None:
-    cell = result.cell
-    if result.status == "done":
-        echo(f"done {cell.variant} seed {cell.seed} in {result.seconds:.1f} s")
-    else:
-        echo(f"failed {cell.variant} seed {cell.seed}: {result.error} (log: {cell.log})")
 
 
 @dataclass(frozen=True)
@@ -328,7 +236,7 @@ class CellJob:
 
     def __call__(self) -> dict[str, Any]:
         env = dict(os.environ, OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
-        result = _run_subprocess(self.cell, env)
+        result = run_subprocess(self.cell, env)
         return {"status": result.status, "seconds": result.seconds, "error": result.error}
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
@@ -402,7 +310,7 @@ def launch_slurm(
             outcome = _job_outcome(job)
             seconds, error = outcome.get("seconds", 0.0), outcome.get("error", "")
             result = CellResult(cell, outcome["status"], seconds, error, attempt + 1)
-            _report(result, echo)
+            report(result, echo)
             results[cell.folder] = result
         pending = [r.cell for r in results.values() if r is not None and r.status == "failed"]
     return list(results.values())
