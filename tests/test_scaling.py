@@ -60,6 +60,8 @@ def test_plan_only_writes_the_plan_and_one_job_line_per_cell(cache, tmp_path):
                                                          ("interpolate", 1)]  # fmt: skip
     lines = (out / JOBS_FILE).read_text().splitlines()
     assert len(lines) == 4 and all(" train " in line and "--continue" in line for line in lines)
+    assert lines[0].startswith("upzoo train recipes/transposed-seed0.yaml --out transposed/seed0 ")  # relative
+    assert str(tmp_path) not in (out / "plan.json").read_text() and (out / "slurm").is_dir()
     assert not list(out.rglob("summary.json"))  # nothing trained
     script = (out / "slurm.sbatch").read_text()
     for fragment in ("#SBATCH --array=0-3%2", "#SBATCH --partition=gpu", "#SBATCH --cpus-per-task=4",
@@ -77,8 +79,13 @@ def test_any_scheduler_can_run_a_job_line_and_collect_reports_what_is_missing(ca
     out = tmp_path / "cmp"
     args = ["--upsamplers", "transposed,interpolate", "--seeds", "2", "--out", out, "--plan-only"]
     assert run_cli("bench", "compare", recipe, *args).returncode == 0
+    moved = tmp_path / "elsewhere" / "cmp"  # a comparison folder copied to a cluster, or moved: it still works
+    moved.parent.mkdir()
+    out.rename(moved)
+    out = moved
     lines = (out / JOBS_FILE).read_text().splitlines()
-    assert subprocess.run(["bash", "-c", lines[0]], env=dict(os.environ)).returncode == 0
+    assert subprocess.run(["bash", "-c", lines[0]], env=dict(os.environ), cwd=out).returncode == 0
+    assert (out / "transposed" / "seed0" / "summary.json").is_file()
     collected = run_cli("bench", "collect", out, "--rounds", "3")
     missing = [line for line in collected.stderr.splitlines() if line.startswith("missing: ")]
     assert collected.returncode == 1 and len(missing) == 3 and "not run yet" in missing[0]

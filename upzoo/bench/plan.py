@@ -1,18 +1,21 @@
-"""The plan of a seeded comparison: one cell per variant x seed, each a fully resolved recipe file,
-a run folder and the exact ``upzoo train`` command line that produces it. ``plan.json`` holds the
-plan; ``jobs.txt`` holds one shell line per cell, so ``parallel < jobs.txt``, ``sbatch --array`` over
-its lines or any scheduler can run them. Every command ends in ``--continue``: running a cell again
-continues it from its ``last.pt``, reports it if finished, and refuses a folder holding another
-recipe's run — so re-launching, requeueing or running a line twice is always safe."""
+"""The plan of a seeded comparison: one cell per variant x seed, each a fully resolved recipe file, a
+run folder and the exact ``upzoo train`` command line that produces it. ``plan.json`` holds the
+plan; ``jobs.txt`` holds one shell line per cell, so ``parallel < jobs.txt``, ``sbatch --array``
+over its lines or any scheduler can run them. Both hold paths relative to the comparison's folder
+(run the lines from it), so the folder can be copied to a cluster or moved whole. Every command ends
+in ``--continue``: running a cell again continues it from its ``last.pt``, reports it if finished,
+and refuses a folder holding another recipe's run — so re-launching, requeueing or running a line
+twice is always safe."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -179,9 +182,10 @@ def write_plan(plan: Plan, out: str | Path) -> Path:
                 f"{cell.recipe_hash[:12]}); compare into another --out, or remove the old comparison"
             )
         atomic_write(path, lambda tmp, text=text: tmp.write_text(text))
-    data = {k: v for k, v in asdict(plan).items() if k != "texts"}
+    relative = [_moved(cell, lambda path: os.path.relpath(path, out)) for cell in plan.cells]
+    data = {k: v for k, v in asdict(plan).items() if k != "texts"} | {"cells": [asdict(c) for c in relative]}
     atomic_write(out / PLAN_FILE, lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
-    lines = [shlex.join(c.command()) + f" > {shlex.quote(c.log)} 2>&1" for c in plan.cells]
+    lines = [shlex.join(c.command()) + f" > {shlex.quote(c.log)} 2>&1" for c in relative]  # run from `out`
     atomic_write(out / JOBS_FILE, lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
     for cell in plan.cells:
         Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
@@ -228,12 +232,19 @@ def read_plan(out: str | Path) -> Plan:
     path = Path(out) / PLAN_FILE
     try:
         data = json.loads(path.read_text())
-        cells = [Cell(**c) for c in data["cells"]]
+        root = Path(out).resolve()
+        cells = [_moved(Cell(**c), lambda path: str(root / path)) for c in data["cells"]]  # absolute stays
         return Plan(data["variants"], int(data["baseline"]), list(data["seeds"]), cells, data["recipe"])
     except FileNotFoundError:
         raise DataError(f"{path} does not exist; plan a comparison with upzoo bench compare --out {out}") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DataError(f"{path} is not a readable comparison plan ({type(exc).__name__}: {exc})") from None
+
+
+def _moved(cell: Cell, move: Any) -> Cell:
+    """``cell`` with its recipe file, folder and log passed through ``move`` (plan.json and jobs.txt
+    hold them relative to the comparison's folder, so the folder can be moved or copied whole)."""
+    return replace(cell, recipe_file=move(cell.recipe_file), folder=move(cell.folder), log=move(cell.log))
 
 
 def python_command(cell: Cell) -> list[str]:

@@ -184,6 +184,7 @@ def bench_compare_command(recipe, upsamplers, seeds, baseline, overrides, out_di
         options = SlurmOptions(partition, time_min, gpus_per_cell, cpus_per_cell, array_parallelism,
                                parse_options(sbatch))  # fmt: skip
         script = sbatch_preview(plan, options, out / "slurm")
+        (out / "slurm").mkdir(parents=True, exist_ok=True)  # the job folder the script writes its logs into
         atomic_write(out / "slurm.sbatch", lambda tmp: tmp.write_text(script))
     if plan_only:
         click.echo(f"planned {len(plan.cells)} cells: {out / 'plan.json'}, {out / 'jobs.txt'}", err=True)
