@@ -326,3 +326,13 @@ def test_bench_compare_runs_the_testbed_over_blocks_with_psnr_and_spectra(tmp_pa
         assert row["seeds"] == 2 and 0 < row["psnr_mean"] < 60 and row["spectral_error_corners_mean"] >= 0
     assert "psnr_diff" in rows[1] and "PSNR dB" in (out / "compare.md").read_text()
     assert (out / "compare_spectra.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("crop_size", [32, 32]), ("resize", [32, 32]), ("normalize", "minmax"), ("synthetic_val", 4)]
+)
+def test_data_keys_the_testbed_would_ignore_are_refused(tmp_path, key, value):
+    recipe = _testbed_recipe(tmp_path / "cache")
+    recipe["data"][key] = value
+    with pytest.raises(ConfigError, match=rf"data.{key} is not read by the generator testbed .* remove it"):
+        parse_recipe(recipe)

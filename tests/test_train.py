@@ -68,27 +68,30 @@ def shrink(path: Path, cache: str) -> list[str]:
                 "--set", "data.package_val=[coffee]", "--set", "model.channels=" +
                 ("[8,8]" if "espcn" in path.name else "8"), "--set", "data.crop_size=[48,48]"] + (
             [] if "espcn" in path.name else ["--set", "model.num_blocks=1"])  # fmt: skip
-    return [
-        "--set",
-        "train.max_steps=2",
-        "--set",
-        "data.num_workers=0",
-        "--set",
-        "data.synthetic_train=4",
-        "--set",
-        "data.synthetic_val=1",
-        "--set",
-        "data.batch_size=2",
-        "--set",
-        f"data.cache_dir={cache}",
-    ] + (
-        ["--set", "data.synthetic_size=[64,128]", "--set", "data.resize=null", "--set", "data.crop_size=[64,64]"]
-        if "volume" not in path.name and "dcgan" not in path.name and "testbed" not in path.name
-        else ["--set", "data.synthetic_size=[64,128]"]
-        if "dcgan" in path.name
-        else ["--set", "model.channel_divisor=64", "--set", "train.val_every=2"]
-        if "testbed" in path.name
-        else ["--set", "data.synthetic_size=[12,48,48]", "--set", "data.crop_size=[8,32,32]"]
+    held_out = [] if "testbed" in path.name else ["--set", "data.synthetic_val=1"]  # the testbed has no val split
+    return (
+        held_out
+        + [
+            "--set",
+            "train.max_steps=2",
+            "--set",
+            "data.num_workers=0",
+            "--set",
+            "data.synthetic_train=4",
+            "--set",
+            "data.batch_size=2",
+            "--set",
+            f"data.cache_dir={cache}",
+        ]
+        + (
+            ["--set", "data.synthetic_size=[64,128]", "--set", "data.resize=null", "--set", "data.crop_size=[64,64]"]
+            if "volume" not in path.name and "dcgan" not in path.name and "testbed" not in path.name
+            else ["--set", "data.synthetic_size=[64,128]"]
+            if "dcgan" in path.name
+            else ["--set", "model.channel_divisor=64", "--set", "train.val_every=2"]
+            if "testbed" in path.name
+            else ["--set", "data.synthetic_size=[12,48,48]", "--set", "data.crop_size=[8,32,32]"]
+        )
     )
 
 

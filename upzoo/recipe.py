@@ -186,10 +186,29 @@ def _check_task_keys(recipe: Recipe) -> None:
             )
 
 
+#: data keys the generator testbed does not read (it regresses whole images at the model's resolution)
+_TESTBED_UNREAD = ("crop_size", "resize", "normalize", "synthetic_size", "synthetic_val")
+
+
+def _check_testbed_data(recipe: Recipe) -> None:
+    """Refuse a ``data`` key that a generator-testbed recipe would quietly ignore."""
+    if recipe.task != "generator_testbed":
+        return
+    from upzoo.sections import DataConfig
+
+    for key in _TESTBED_UNREAD:
+        if getattr(recipe.data, key) != DataConfig.model_fields[key].default:
+            raise ConfigError(
+                f"data.{key} is not read by the generator testbed (it regresses whole images at model.resolution, "
+                f"every one of them, unnormalised in [-1, 1]); remove it"
+            )
+
+
 def _check_model_fits_data(recipe: Recipe) -> None:
     """A 3D model trains on volumes, a 2D one on images, a frozen backbone on pixels in [0, 1]; the
     adversarial term is super-resolution's, the feature ratios the feature-upsampling objective's."""
     _check_task_keys(recipe)
+    _check_testbed_data(recipe)
     from upzoo.models.factory import architecture_info
 
     if architecture_info(recipe.model.architecture).frozen_backbone:
