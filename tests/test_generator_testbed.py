@@ -336,3 +336,18 @@ def test_data_keys_the_testbed_would_ignore_are_refused(tmp_path, key, value):
     recipe["data"][key] = value
     with pytest.raises(ConfigError, match=rf"data.{key} is not read by the generator testbed .* remove it"):
         parse_recipe(recipe)
+
+
+def test_upzoo_train_on_images_of_another_size_ends_in_one_line(tmp_path):
+    import yaml
+
+    from upzoo.data.io import write_png
+
+    write_png(tmp_path / "photos" / "a.png", np.zeros((24, 24, 3), np.uint8))
+    recipe = _testbed_recipe(tmp_path / "cache")
+    recipe["data"] = {"kind": "images", "root": str(tmp_path / "photos"), "batch_size": 1, "num_workers": 0}
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    result = run_cli("train", path, "--out", tmp_path / "run", "--no-progress")
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "a.png: the testbed regresses 16x16 images (the generator's resolution), got 24x24" in result.stderr
