@@ -311,7 +311,9 @@ def test_a_fifo_or_a_huge_recipe_is_refused_at_once(tmp_path, capsys):
 def test_public_constructors_and_functions_check_their_arguments():
     with pytest.raises(ConfigError, match="UNet channels is an empty list"):
         UNet(spatial_dims=2, in_channels=3, num_classes=2, channels=[])
-    with pytest.raises(ConfigError, match="stage 0: the upsampler turns 4x4 into 7x7, not 8x8"):
+    with pytest.raises(
+        ConfigError, match=r"stage 0: TransposedConvUpsampler maps size 5 to 9x9, the model needs exactly 10x10"
+    ):
         DCGANGenerator(
             latent_dim=16,
             out_channels=3,

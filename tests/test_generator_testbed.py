@@ -158,7 +158,7 @@ def test_the_testbed_generator_has_the_papers_widths_and_layers(upsampler, optio
         ({"resolution": 48}, ConfigError, r"resolution must be a power of two from 8 to 1024, got 48"),
         ({"channel_divisor": 1024}, ConfigError, r"fall below one channel; lower channel_divisor"),
         ({"upsampler": "transposed", "upsampler_options": {"kernel_size": 3, "padding": 1}}, ConfigError,
-         r"stage 1: the upsampler turns 4x4 into 7x7, not 8x8"),
+         r"PGGANGenerator stage 1: TransposedConvUpsampler maps size 5 to 9x9, the model needs exactly 10x10"),
         ({"upsampler": "fade"}, ConfigError, r"fade"),
         ({"upsampler_options": {"scale": 2}}, ConfigError, r"sets scale=2, which the model sets itself"),
     ],

@@ -125,7 +125,11 @@ def test_a_point_list_a_mapping_and_options_per_point():
         ({"upsampler": {"hed": "carafe"}}, ConfigError, r"no point 'hed'; its points are top_down, branch, head"),
         ({"upsampler": ["carafe"]}, ConfigError, r"a list with one per point \(top_down, branch, head\)"),
         ({"upsampler": "nope"}, RegistryError, r"unknown upsampler 'nope'"),
-        ({"upsampler": "transposed", "upsampler_options": {"kernel_size": 3}}, ConfigError, r"maps size 5 to 11"),
+        (
+            {"upsampler": "transposed", "upsampler_options": {"kernel_size": 3}},
+            ConfigError,
+            r"maps size 5 to 11x11, the model needs exactly 10x10",
+        ),
         ({"upsampler_options": {"top_down": {}, "mode": "x"}}, ConfigError, r"mixes point names \(top_down\)"),
         ({"upsampler_options": [1]}, ConfigError, r"upsampler_options: expected a mapping"),
         ({"encoder_weights": "imagenet"}, ConfigError, r"never downloads weights: got encoder_weights='imagenet'"),

@@ -11,9 +11,8 @@ from torch import nn
 from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape
+from upzoo.models.stage_blocks import stage_block
 from upzoo.registry import block_options, create_upsampler
-from upzoo.runtime import warnings_at_caller
-from upzoo.upsamplers.guides import guide_options
 from upzoo.validation import positional_deprecated
 
 __all__ = ["DCGANGenerator", "DCGANDiscriminator", "DCGAN_TRANSPOSED_OPTIONS"]
@@ -76,7 +75,6 @@ class DCGANGenerator(nn.Module):
         self.stages = _build_stages(
             (upsampler, upsampler_options), (last_upsampler, last_upsampler_options), channels, self.out_channels
         )
-        _check_resolution(self.stages, channels[0], resolution)
         self.post_filter = (
             create_upsampler(
                 post_filter,
@@ -140,33 +138,12 @@ def _build_stages(
     for i, (name, options, source) in enumerate(blocks):
         final = i == n - 1
         c_in, c_out = channels[i], out_channels if final else channels[i + 1]
-        guide_options(name, 0, f"DCGANGenerator stage {i}")  # a generator has no encoder to guide it
-        with warnings_at_caller(f"DCGANGenerator stage {i} ({source}): "):
-            up = create_upsampler(name, spatial_dims=2, in_channels=c_in, out_channels=c_out, scale=2, **options)
+        up = stage_block(name, options, where=f"DCGANGenerator stage {i}", in_channels=c_in, out_channels=c_out,
+                         scale=2, options_key=source)  # fmt: skip
         stages.append(
             nn.Sequential(up, nn.Tanh()) if final else nn.Sequential(up, nn.BatchNorm2d(c_out), nn.ReLU(True))
         )
     return nn.Sequential(*stages)
-
-
-def _check_resolution(stages: nn.Sequential, channels: int, resolution: int) -> None:
-    """Each stage's upsampler must double the size, so that the generator returns what it promises.
-
-    Raises:
-        ConfigError: naming the stage whose upsampler does not double, and the sizes.
-    """
-    size: tuple[int, ...] = (4, 4)
-    for i, stage in enumerate(stages):
-        up = stage[0]
-        out = tuple(up.output_shape((1, up.in_channels, *size))[2:])
-        if out != (2 * size[0], 2 * size[1]):
-            raise ConfigError(
-                f"DCGANGenerator stage {i}: the upsampler turns {size[0]}x{size[1]} into {out[0]}x{out[1]}, not "
-                f"{2 * size[0]}x{2 * size[1]}, so the generator would not return {resolution}x{resolution} images; "
-                f"use options that double the size (for transposed: kernel_size=4, padding=1, or kernel_size=3, "
-                f"padding=1, output_padding=1)"
-            )
-        size = out
 
 
 class DCGANDiscriminator(nn.Module):

@@ -16,9 +16,8 @@ from typing import Any
 from torch import nn
 
 from upzoo.errors import ConfigError, did_you_mean
-from upzoo.registry import block_options, create_upsampler
-from upzoo.runtime import warnings_at_caller
-from upzoo.upsamplers.guides import guide_options
+from upzoo.models.stage_blocks import stage_block
+from upzoo.registry import block_options
 
 __all__ = ["Place", "PointInfo", "build_point_blocks", "point_groups"]
 
@@ -120,23 +119,15 @@ def build_point_blocks(
         name = "interpolate" if name is None else name  # "" is a name (refused), not "unset"
         if name == "interpolate" and not opts:
             opts = dict(place.smp_resize)
-        guide = guide_options(name, place.guide_channels, where)
-        with warnings_at_caller(f"{where} (upsampler_options): "):
-            block = create_upsampler(
-                name, spatial_dims=2, in_channels=place.channels, out_channels=place.channels,
-                scale=place.scale, **guide, **opts,
+        blocks[place.point].append(
+            stage_block(
+                name,
+                opts,
+                where=where,
+                in_channels=place.channels,
+                out_channels=place.channels,
+                scale=place.scale,
+                guide_channels=place.guide_channels,
             )  # fmt: skip
-        _check_exact(block, place.scale, where)
-        blocks[place.point].append(block)
+        )
     return blocks
-
-
-def _check_exact(block: nn.Module, scale: int, where: str) -> None:
-    """The decoder adds or concatenates the block's output to features of exactly input x scale."""
-    for n in (5, 8):
-        out = tuple(block.output_shape((1, block.in_channels, n, n))[2:])
-        if out != (n * scale,) * 2:
-            raise ConfigError(
-                f"{where}: {type(block).__name__} maps size {n} to {out[0]}, the decoder needs exactly {n}x{scale} "
-                f"= {n * scale}; use options whose output is input x scale (transposed: kernel_size = scale)"
-            )

@@ -13,9 +13,8 @@ from torch import nn
 
 from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.registry import block_options, create_upsampler
-from upzoo.runtime import warnings_at_caller
-from upzoo.upsamplers.guides import guide_options
+from upzoo.models.stage_blocks import stage_block
+from upzoo.registry import block_options
 
 __all__ = ["PGGANGenerator", "EqualizedConv2d", "pixel_norm"]
 
@@ -143,18 +142,8 @@ def _stages(latent_dim: int, widths: list[int], upsampler: str, options: dict[st
     stages: list[nn.Module] = [first]
     for i in range(1, len(widths)):
         channels = widths[i - 1]
-        guide_options(upsampler, 0, f"PGGANGenerator stage {i}")  # no encoder to guide it
-        with warnings_at_caller(f"PGGANGenerator stage {i}: "):
-            up = create_upsampler(
-                upsampler, spatial_dims=2, in_channels=channels * expand, out_channels=channels, scale=2, **options
-            )
-        size = 2 ** (i + 1)
-        out = tuple(up.output_shape((1, channels * expand, size, size))[2:])
-        if out != (2 * size, 2 * size):
-            raise ConfigError(
-                f"PGGANGenerator stage {i}: the upsampler turns {size}x{size} into {out[0]}x{out[1]}, not "
-                f"{2 * size}x{2 * size}; use options that double the size"
-            )
+        up = stage_block(upsampler, options, where=f"PGGANGenerator stage {i}", in_channels=channels * expand,
+                         out_channels=channels, scale=2)  # fmt: skip
         last = i == len(widths) - 1
         stages.append(_Stage(up, channels, widths[i], widths[i] * (1 if last else expand)))
     return nn.Sequential(*stages)
