@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from upzoo.data.images import IMAGE_SUFFIXES
+from upzoo.data.images import ImageFolderDataset
 from upzoo.data.io import read_image
 from upzoo.errors import ConfigError, DataError
 
@@ -50,13 +50,12 @@ class RegressionImages(Dataset):
 
 
 def _folder_images(data: Any) -> list[Path]:
+    """The images below ``data.root`` (its ``train_split`` subfolder if there is one), listed as
+    every image folder is (:class:`~upzoo.data.images.ImageFolderDataset`), at most
+    :data:`MAX_TESTBED_IMAGES`."""
     root = Path(data.root)
     folder = root / data.train_split if (root / data.train_split).is_dir() else root
-    if not folder.is_dir():
-        raise DataError(f"data.root {root} is not a folder of images")
-    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-    if not files:
-        raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) below {folder}")
+    files = ImageFolderDataset(folder).files
     if len(files) > MAX_TESTBED_IMAGES:
         raise DataError(
             f"{folder} holds {len(files)} images; the testbed regresses at most {MAX_TESTBED_IMAGES} (it keeps them in "

@@ -113,7 +113,8 @@ class GeneratorTestbedTask(Task):
         self.modules = {"model": build_model(prepared.spec)}
         self.data = prepared.data.train
         self.images, self.real = self.data.images, channel_spectrum(self.data.images)
-        self.initial = measure_generator(self.modules["model"], self.data, torch.device("cpu"), contextlib.nullcontext)
+        untrained = _generate(self.modules["model"], self.data.latents, torch.device("cpu"), contextlib.nullcontext)
+        self.initial = _measure(untrained, self.images, self.real)
         self.last: dict[str, Any] = {}
 
     def input_shapes(self) -> dict[str, tuple[tuple[int, ...], ...]]:
