@@ -70,10 +70,12 @@ def train_command(
     no_progress: bool,
     as_json: bool,
 ) -> None:
-    """Train RECIPE (segmentation, GAN or super-resolution) into a run folder, or --resume one.
+    """Train RECIPE (segmentation, GAN, super-resolution, feature upsampling or the generator
+    testbed: the task follows model.architecture) into a run folder, or --resume one.
 
-    The run folder holds recipe.yaml (resolved), metrics.csv, last.pt (and best.pt for
-    segmentation), PNG curves, prediction grids or GAN samples, and summary.json. Ctrl-C stops after
+    The run folder holds recipe.yaml (resolved), metrics.csv, last.pt (and best.pt by the task's
+    validation metric, GANs apart), PNG curves, prediction grids, GAN samples or the testbed's
+    spectra (spectra.csv and their evolution plots), and summary.json. Ctrl-C stops after
     the current step and saves last.pt; continue with --resume RUN_DIR. With --resume, --set may change
     train and eval settings (e.g. train.max_steps to train longer), not the model or the data.
     """
@@ -213,7 +215,9 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
     checkerboard, and with --set eval.features=RUN_OR_INCEPTION_WEIGHTS KID and the Fréchet distance.
     Super-resolution: every held-out image whole, PSNR/SSIM on Y (border of scale pixels cropped),
     RGB PSNR, spectral error and checkerboard beside bicubic's, per image and the mean (e.g. --set
-    data.kind=package_images for the photographs that ship with installed packages)."""
+    data.kind=package_images for the photographs that ship with installed packages). Feature
+    upsamplers: the cosine similarity per ratio beside bilinear's. The generator testbed: PSNR and
+    the spectral errors of the images it regresses."""
     from upzoo.eval import evaluate_checkpoint
     from upzoo.recipe import load_recipe
     from upzoo.runs.trained_model import find_checkpoint
