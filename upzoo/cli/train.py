@@ -221,8 +221,6 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
     from upzoo.eval import evaluate_checkpoint
     from upzoo.recipe import load_recipe
     from upzoo.runs.trained_model import find_checkpoint
-    from upzoo.tables import render_table
-    from upzoo.train.tasks import by_class_name
 
     if Path(target).is_dir():
         recipe = load_recipe(Path(target) / "recipe.yaml", overrides)
@@ -232,40 +230,32 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
     else:
         recipe = load_recipe(target, overrides)
     result = evaluate_checkpoint(recipe, checkpoint)
-    if recipe.task == "gan":
-        click.echo(to_json(result) if as_json else _generative_line(result))
-        return
-    if recipe.task == "super_resolution":
-        click.echo(to_json(result) if as_json else _upscaler_table(result))
-        return
-    if recipe.task == "feature_upsampling":
-        click.echo(to_json(result) if as_json else _feature_table(result))
-        return
-    if recipe.task == "generator_testbed":
-        click.echo(to_json(result) if as_json else _testbed_line(result))
-        return
+    render = {"gan": _generative_line, "super_resolution": _upscaler_table, "feature_upsampling": _feature_table,
+              "generator_testbed": _testbed_line}.get(recipe.task, _segmentation_table)  # fmt: skip
     if as_json:
-        names = result["class_names"]
-        click.echo(
-            to_json({k: by_class_name(v, names) if k.startswith("per_class_") else v for k, v in result.items()})
-        )
-        return
-    extra_columns = {  # what the result has: Boundary IoU and F-score (2D), HD95 and surface Dice (3D)
-        "boundary_iou": "Boundary IoU",
-        "boundary_fscore": "Boundary F",
-        "hd95": "HD95 (mm)",
-        "surface_dice": "surface Dice",
-    }
+        from upzoo.train.tasks import by_class_name
+
+        names = result.get("class_names") or []  # per-class values keyed by class (segmentation)
+        result = {k: by_class_name(v, names) if k.startswith("per_class_") else v for k, v in result.items()}
+    click.echo(to_json(result) if as_json else render(result))
+
+
+def _segmentation_table(result: dict) -> str:
+    """Per class: IoU, Dice and what the result has (Boundary IoU and F-score in 2D, HD95 and
+    surface Dice in 3D), then the means."""
+    from upzoo.tables import render_table
+
+    extra_columns = {"boundary_iou": "Boundary IoU", "boundary_fscore": "Boundary F", "hd95": "HD95 (mm)",
+                     "surface_dice": "surface Dice"}  # fmt: skip
     present = {key: title for key, title in extra_columns.items() if key in result}
     rows = []
     for i, name in enumerate(result["class_names"]):
         row = {"class": name, "IoU": result["per_class_iou"][i], "Dice": result["per_class_dice"][i]}
         row.update({title: result[f"per_class_{key}"][i] for key, title in present.items()})
         rows.append(row)
-    click.echo(render_table(rows, ["class", "IoU", "Dice", *present.values()]))
     extra = "".join(f"  {title} {result[key]:.4f}" for key, title in present.items())
-    click.echo(
-        f"\nmIoU {result['miou']:.4f}  pixel accuracy {result['pixel_accuracy']:.4f}  "
-        f"mean Dice {result['mean_dice']:.4f}{extra}  ({result['samples']} validation samples; NaN: a class "
-        f"absent from prediction and ground truth)"
+    return (
+        f"{render_table(rows, ['class', 'IoU', 'Dice', *present.values()])}\n\nmIoU {result['miou']:.4f}  pixel "
+        f"accuracy {result['pixel_accuracy']:.4f}  mean Dice {result['mean_dice']:.4f}{extra}  ({result['samples']} "
+        f"validation samples; NaN: a class absent from prediction and ground truth)"
     )
