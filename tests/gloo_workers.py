@@ -39,3 +39,66 @@ def collectives_worker(rank: int, port: int, results) -> None:
         results[rank] = got  # a manager's dict keeps what is assigned, not later changes inside it
     finally:
         dist.destroy_process_group()
+
+
+def streaming_metrics(rank: int | None, metrics: dict | None = None) -> dict:
+    """Every streaming metric (new ones, or ``metrics``) fed rank ``rank``'s half of one fixed data
+    set (``None``: all of it), before any sync. The same data on every call, so a test can rebuild
+    what each rank saw."""
+    from upzoo.metrics import (
+        BoundaryFScore,
+        BoundaryIoU,
+        ConfusionMatrix,
+        FeatureDistances,
+        ImageQuality,
+        RadialSpectrum,
+        SlicedWasserstein,
+        SurfaceMetrics,
+        module_features,
+    )
+
+    g = torch.Generator().manual_seed(7)
+    labels = torch.randint(0, 3, (4, 2, 24, 24), generator=g)
+    predictions = torch.where(torch.rand(labels.shape, generator=g) < 0.8, labels, (labels + 1) % 3)
+    images = torch.rand(4, 6, 3, 32, 32, generator=g)
+    other = (images + 0.1 * torch.randn(images.shape, generator=g)).clamp(0, 1)
+    volumes = torch.randint(0, 3, (4, 2, 6, 8, 8), generator=g)
+    torch.manual_seed(0)
+    extractor = module_features(
+        torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(1), torch.nn.LazyLinear(8))
+    )
+    extractor(images[0, :1])  # materialises the lazy layer with the seeded weights
+    metrics = metrics or {
+        "confusion": ConfusionMatrix(3),
+        "boundary_iou": BoundaryIoU(3),
+        "boundary_f": BoundaryFScore(3),
+        "surface": SurfaceMetrics(3),
+        "quality": ImageQuality(crop_border=2),
+        "spectrum": RadialSpectrum(),
+        "swd": SlicedWasserstein(patches_per_image=8, repeats=2, directions=16),
+        "kid_fd": FeatureDistances(extractor, subsets=3, subset_size=6),
+    }
+    for batch in range(4) if rank is None else (2 * rank, 2 * rank + 1):
+        for name in ("confusion", "boundary_iou", "boundary_f"):
+            metrics[name].update(predictions[batch], labels[batch])
+        metrics["surface"].update(volumes[batch], volumes[(batch + 1) % 4], (1.0, 0.5, 0.5))
+        metrics["quality"].update(other[batch], images[batch])
+        metrics["spectrum"].update(other[batch])
+        for name in ("swd", "kid_fd"):
+            metrics[name].update(images[batch], real=True)
+            metrics[name].update(other[batch], real=False)
+    return metrics
+
+
+def metrics_worker(rank: int, port: int, results) -> None:
+    """One rank of a two-process gloo group: every streaming metric's result after ``sync``."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        metrics = streaming_metrics(rank)
+        for metric in metrics.values():
+            metric.sync()
+        results[rank] = {name: metric.compute() for name, metric in metrics.items()}
+    finally:
+        dist.destroy_process_group()

@@ -45,7 +45,7 @@ def test_accumulator_equals_one_shot_and_survives_a_reduce_without_ddp():
     acc = ConfusionMatrix(5)
     for p, t in zip(preds, targets):
         acc.update(p, t)
-    acc.all_reduce()
+    acc.sync()
     result = acc.compute()
     miou, iou = mean_iou(torch.cat(preds), torch.cat(targets), 5)
     assert result["miou"] == pytest.approx(miou) and result["per_class_iou"] == pytest.approx(iou.tolist())

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["distributed_active", "collective_device", "all_reduce_sum", "all_reduce_max", "all_gather_floats"]
+__all__ = [
+    "distributed_active",
+    "collective_device",
+    "all_reduce_sum",
+    "all_reduce_max",
+    "all_gather_floats",
+    "all_gather_objects",
+]
 
 
 def distributed_active() -> bool:
@@ -74,3 +81,15 @@ def all_gather_floats(value: float) -> list[float]:
     gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, mine)
     return [float(g) for g in gathered]
+
+
+def all_gather_objects(value: object) -> list[object]:
+    """``value`` of every rank, in rank order (``[value]`` in a single process): any picklable object,
+    of any size on each rank (tensors are sent from the CPU, so NCCL groups take them too)."""
+    if not distributed_active():
+        return [value]
+    import torch.distributed as dist
+
+    gathered: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered

@@ -3,7 +3,8 @@ boundary F-score and DAVIS's boundary F-measure (2D); HD95 and the normalised su
 mm); image checkerboard; and the generative metrics — radial power spectrum, spectral error and
 decay, sliced Wasserstein distance, KID and FD on any feature extractor, and ``RealImages``, which
 holds a real set's statistics for them all; PSNR and SSIM with the super-resolution conventions.
-Each comes as a function and, where it streams, a class."""
+Each comes as a function and, where it streams, a class built on :class:`StreamingMetric` (declared
+states, ``reset``, ``sync`` across DDP ranks)."""
 
 from upzoo.metrics.boundary import BoundaryFScore, BoundaryIoU, boundary_fscore, boundary_iou
 from upzoo.metrics.checkerboard import image_checkerboard
@@ -33,13 +34,16 @@ from upzoo.metrics.spectrum import (
     corner_error,
     image_spectral_error,
     radial_power_spectrum,
+    ring_frequencies,
     spectral_decay,
     spectral_error,
 )
+from upzoo.metrics.streaming import StreamingMetric
 from upzoo.metrics.surface import SurfaceMetrics, hausdorff95, surface_dice, surface_distances, surface_metrics
 from upzoo.metrics.swd import SlicedWasserstein, swd
 
 __all__ = [
+    "StreamingMetric",
     "ConfusionMatrix",
     "confusion_matrix",
     "dice_from_confusion",
@@ -64,6 +68,7 @@ __all__ = [
     "surface_metrics",
     "RadialSpectrum",
     "radial_power_spectrum",
+    "ring_frequencies",
     "spectral_error",
     "image_spectral_error",
     "corner_error",

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from upzoo.checks import check_number
-from upzoo.collectives import all_reduce_sum
 from upzoo.errors import ShapeError
 from upzoo.metrics.confusion import as_labels, check_label_values, check_num_classes
+from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = ["boundary_bands", "boundary_iou", "BoundaryIoU", "boundary_fscore", "BoundaryFScore"]
 
@@ -70,9 +70,9 @@ def _counts(pred: np.ndarray, target: np.ndarray, num_classes: int, ignore_index
     return inter, area_t + area_p - inter
 
 
-class BoundaryIoU:
+class BoundaryIoU(StreamingMetric):
     """Streaming Boundary IoU: ``update(pred, target)`` with ``(H, W)`` or ``(B, H, W)`` label maps,
-    ``all_reduce`` across DDP ranks (sums of integer counts), ``compute`` at the end.
+    ``sync`` across DDP ranks (sums of integer counts), ``compute`` at the end.
 
     >>> acc = BoundaryIoU(num_classes=2)
     >>> square = torch.zeros(1, 12, 12, dtype=torch.long)
@@ -85,9 +85,10 @@ class BoundaryIoU:
     def __init__(self, num_classes: int, ignore_index: int | None = 255, *, dilation_ratio: float = 0.02) -> None:
         num_classes = check_num_classes(num_classes, ignore_index)
         dilation_ratio = check_number(dilation_ratio, "dilation_ratio", above=0, below=1)
+        super().__init__()
         self.num_classes, self.ignore_index, self.dilation_ratio = num_classes, ignore_index, dilation_ratio
-        self.intersection = torch.zeros(num_classes, dtype=torch.int64)
-        self.union = torch.zeros(num_classes, dtype=torch.int64)
+        self.add_state("intersection", torch.zeros(num_classes, dtype=torch.int64), "sum")
+        self.add_state("union", torch.zeros(num_classes, dtype=torch.int64), "sum")
 
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
         pred, target = as_labels(pred, "prediction"), as_labels(target, "target")
@@ -104,10 +105,6 @@ class BoundaryIoU:
             inter, union = _counts(p, t, self.num_classes, self.ignore_index, self.dilation_ratio)
             self.intersection += torch.from_numpy(inter.astype(np.int64))
             self.union += torch.from_numpy(union.astype(np.int64))
-
-    def all_reduce(self) -> None:
-        for counts in (self.intersection, self.union):
-            all_reduce_sum(counts)
 
     def compute(self) -> dict[str, Any]:
         """``boundary_iou`` (mean over classes present in either) and ``per_class_boundary_iou``."""
@@ -186,7 +183,7 @@ def _fscore_counts(pred, target, num_classes: int, ignore_index: int | None, tol
     return np.stack([count(pred, hit_p), count(pred, edge_p), count(target, hit_t), count(target, edge_t)])
 
 
-class BoundaryFScore:
+class BoundaryFScore(StreamingMetric):
     """Streaming boundary F-score per class: precision is the share of predicted contour pixels
     within ``tolerance`` pixels (Euclidean) of the reference contour of the same class, recall the
     share of reference contour pixels within ``tolerance`` of the predicted one; ``F = 2PR / (P + R)``
@@ -204,8 +201,9 @@ class BoundaryFScore:
     def __init__(self, num_classes: int, ignore_index: int | None = 255, *, tolerance: float = 2.0) -> None:
         num_classes = check_num_classes(num_classes, ignore_index)
         tolerance = check_number(tolerance, "tolerance (pixels)", at_least=0)
+        super().__init__()
         self.num_classes, self.ignore_index, self.tolerance = num_classes, ignore_index, tolerance
-        self.counts = torch.zeros(4, num_classes, dtype=torch.int64)
+        self.add_state("counts", torch.zeros(4, num_classes, dtype=torch.int64), "sum")  # hit/all pred, target
 
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
         pred, target = as_labels(pred, "prediction"), as_labels(target, "target")
@@ -219,9 +217,6 @@ class BoundaryFScore:
         for p, t in zip(preds.reshape(-1, *preds.shape[-2:]), targets.reshape(-1, *targets.shape[-2:])):
             counts = _fscore_counts(p, t, self.num_classes, self.ignore_index, self.tolerance)
             self.counts += torch.from_numpy(counts)
-
-    def all_reduce(self) -> None:
-        all_reduce_sum(self.counts)
 
     def compute(self) -> dict[str, Any]:
         """``boundary_fscore`` (mean over classes with a contour) and ``per_class_boundary_fscore``."""

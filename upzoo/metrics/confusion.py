@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from upzoo.collectives import all_reduce_sum
 from upzoo.errors import ConfigError, ShapeError
+from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = [
     "confusion_matrix",
@@ -153,9 +153,9 @@ def mean_iou(
     return _nanmean(iou), iou
 
 
-class ConfusionMatrix:
-    """Streaming accumulator: ``update`` per batch, ``compute`` at the end, ``all_reduce`` across
-    DDP ranks (a sum of the integer counts, so every rank then computes the same numbers).
+class ConfusionMatrix(StreamingMetric):
+    """Streaming accumulator: ``update`` per batch, ``compute`` at the end, ``sync`` across DDP
+    ranks (a sum of the integer counts, so every rank then computes the same numbers).
 
     >>> acc = ConfusionMatrix(num_classes=2)
     >>> acc.update(torch.tensor([0, 1]), torch.tensor([0, 0]))
@@ -165,11 +165,9 @@ class ConfusionMatrix:
 
     def __init__(self, num_classes: int, ignore_index: int | None = 255, *, validate: bool = True) -> None:
         num_classes = check_num_classes(num_classes, ignore_index)
+        super().__init__()
         self.num_classes, self.ignore_index, self.validate = num_classes, ignore_index, validate
-        self.matrix = torch.zeros(num_classes, num_classes, dtype=torch.int64)
-
-    def reset(self) -> None:
-        self.matrix.zero_()
+        self.add_state("matrix", torch.zeros(num_classes, num_classes, dtype=torch.int64), "sum")
 
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
         if self.validate:
@@ -178,10 +176,6 @@ class ConfusionMatrix:
             pred.detach(), target.detach(), self.num_classes, self.ignore_index, validate=self.validate
         )
         self.matrix += cm.cpu()
-
-    def all_reduce(self) -> None:
-        """Sum the counts over all ranks of the default process group (a no-op without one)."""
-        all_reduce_sum(self.matrix)
 
     def compute(self) -> dict[str, Any]:
         """``miou``, ``per_class_iou`` (list, NaN for absent classes), ``pixel_accuracy``, ``mean_dice``,

@@ -29,6 +29,7 @@ from torch import nn
 from upzoo.checks import check_positive_int
 from upzoo.errors import DataError, ShapeError
 from upzoo.metrics.spectrum import as_unit_images
+from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = [
     "FeatureExtractor",
@@ -259,8 +260,9 @@ def kernel_distance(
     return float(values.mean()), float(values.std(correction=0)) if subsets > 1 else 0.0
 
 
-class FeatureDistances:
-    """KID and the Fréchet distance of a real and a generated set, fed batch by batch.
+class FeatureDistances(StreamingMetric):
+    """KID and the Fréchet distance of a real and a generated set, fed batch by batch (states: the
+    two sets' features, gathered across DDP ranks by ``sync``).
 
     Args:
         extractor: a :class:`FeatureExtractor`.
@@ -273,12 +275,17 @@ class FeatureDistances:
         check_kid_options(subsets, subset_size, seed)
         check_extractor(extractor)
         self.extractor, self.subsets, self.subset_size, self.seed = extractor, subsets, subset_size, seed
-        self.features: dict[bool, list[torch.Tensor]] = {True: [], False: []}
+        super().__init__()
+        self.add_state("real_features", None, "cat")
+        self.add_state("generated_features", None, "cat")
+
+    def _features(self, real: bool) -> list[torch.Tensor]:
+        return self.real_features if real else self.generated_features
 
     def update(self, images: torch.Tensor, *, real: bool) -> None:
         """Add a batch ``(N, C, H, W)`` (uint8, or float in [0, 1]) to the real or generated set."""
         what = "real images" if real else "generated images"
-        self.features[real].append(self.extractor(as_unit_images(images, what)))
+        self._features(real).append(self.extractor(as_unit_images(images, what)))
 
     def add_features(self, features: torch.Tensor, *, real: bool) -> None:
         """Add features ``(N, D)`` computed earlier with this extractor (a real set measured once,
@@ -286,11 +293,11 @@ class FeatureDistances:
         if not isinstance(features, torch.Tensor) or features.ndim != 2:
             shown = tuple(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__
             raise ShapeError(f"features must be a tensor (N, D), got {shown}")
-        self.features[real].append(features)
+        self._features(real).append(features)
 
     def compute(self) -> dict[str, float | str]:
         """``{"kid", "kid_std", "fd", "fd_name", "features"}``."""
-        real, generated = (torch.cat(self.features[k]) if self.features[k] else None for k in (True, False))
+        real, generated = (torch.cat(f) if f else None for f in (self.real_features, self.generated_features))
         if real is None or generated is None:
             raise ShapeError("KID/FD need both a real and a generated set; one of them has no images")
         kid, kid_std = kernel_distance(real, generated, self.subsets, self.subset_size, self.seed)

@@ -119,7 +119,12 @@ class RealImages:
             "spectral_decay_real": self.decay_real,
             "checkerboard": image_checkerboard(generated * 2 - 1),
         }
-        notes |= {"kid_fd": NO_FEATURES} if self.extractor is None else self._feature_distances(generated, values)
+        if self.extractor is None:
+            notes["kid_fd"] = NO_FEATURES
+        else:
+            distances, distance_notes = self._feature_distances(generated)
+            values |= distances
+            notes |= distance_notes
         return GenerativeReport(values, notes, self.spectrum, spectrum)
 
     def _swd(self, generated: torch.Tensor) -> tuple[dict[str, float], dict[str, str]]:
@@ -132,13 +137,14 @@ class RealImages:
         levels = swd.compute()
         return {"swd": levels.pop("mean"), **{f"swd_{k.split('_')[1]}": v for k, v in levels.items()}}, {}
 
-    def _feature_distances(self, generated: torch.Tensor, values: dict[str, float]) -> dict[str, str]:
+    def _feature_distances(self, generated: torch.Tensor) -> tuple[dict[str, float], dict[str, str]]:
+        """KID and FD of ``generated`` against the real features, and the notes naming them."""
         if len(generated) < 2:
-            return {"kid_fd": "KID/FD not computed: they need at least 2 images of each set"}
+            return {}, {"kid_fd": "KID/FD not computed: they need at least 2 images of each set"}
         distances = FeatureDistances(self.extractor, self.subsets, min(self.subset_size, len(generated)), self.seed)
         distances.add_features(self.features, real=True)
         for batch in generated.split(256):
             distances.update(batch, real=False)
         result = distances.compute()
-        values |= {"kid": result["kid"], "kid_std": result["kid_std"], "fd": result["fd"]}
-        return {"fd_name": str(result["fd_name"]), "features": str(result["features"])}
+        values = {"kid": result["kid"], "kid_std": result["kid_std"], "fd": result["fd"]}
+        return values, {"fd_name": str(result["fd_name"]), "features": str(result["features"])}

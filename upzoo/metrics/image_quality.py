@@ -17,6 +17,7 @@ import torch
 
 from upzoo.checks import check_finite, check_positive_int
 from upzoo.errors import ShapeError
+from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = ["rgb_to_y", "psnr", "ssim", "psnr_ssim", "ImageQuality"]
 
@@ -141,7 +142,7 @@ def psnr_ssim(
     return _psnr(a, b).to(output.device), _ssim(a, b).to(output.device)
 
 
-class ImageQuality:
+class ImageQuality(StreamingMetric):
     """Streaming mean PSNR and SSIM over a test set (per-image values, float64 sums): ``update``
     with batches of outputs and targets (any sizes batch to batch), then ``compute``.
 
@@ -154,22 +155,21 @@ class ImageQuality:
     def __init__(self, *, crop_border: int = 0, y_channel: bool = True) -> None:
         self.crop_border = check_positive_int(crop_border, "crop_border", minimum=0)
         self.y_channel = bool(y_channel)
-        self.reset()
-
-    def reset(self) -> None:
-        self.psnr_values: list[float] = []
-        self.ssim_values: list[float] = []
+        super().__init__()
+        self.add_state("psnr_values", None, "cat")  # one float64 value per image
+        self.add_state("ssim_values", None, "cat")
 
     @torch.no_grad()
     def update(self, output: torch.Tensor, target: torch.Tensor) -> None:
         values = psnr_ssim(output, target, crop_border=self.crop_border, y_channel=self.y_channel)
-        self.psnr_values += values[0].tolist()
-        self.ssim_values += values[1].tolist()
+        self.psnr_values.append(values[0].double().cpu())
+        self.ssim_values.append(values[1].double().cpu())
 
     def compute(self) -> dict[str, float]:
         """``psnr`` and ``ssim``: the means over the images so far (NaN before any)."""
-        count = len(self.psnr_values)
+        psnr_values = torch.cat(self.psnr_values).tolist() if self.psnr_values else []
+        count = len(psnr_values)
         if not count:
             return {"psnr": math.nan, "ssim": math.nan, "images": 0}
-        psnr_sum = math.fsum(self.psnr_values)
-        return {"psnr": psnr_sum / count, "ssim": math.fsum(self.ssim_values) / count, "images": count}
+        ssim_sum = math.fsum(torch.cat(self.ssim_values).tolist())
+        return {"psnr": math.fsum(psnr_values) / count, "ssim": ssim_sum / count, "images": count}

@@ -39,6 +39,7 @@ import torch
 
 from upzoo.checks import check_positive_int
 from upzoo.errors import ShapeError
+from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = [
     "RadialSpectrum",
@@ -104,8 +105,9 @@ def _finite_images(images: torch.Tensor) -> torch.Tensor:
     return images
 
 
-class RadialSpectrum:
-    """The azimuthally averaged power spectrum of a set of images, accumulated batch by batch.
+class RadialSpectrum(StreamingMetric):
+    """The azimuthally averaged power spectrum of a set of images, accumulated batch by batch (states:
+    the sum over images of each ring's mean power, and the count; both summed across DDP ranks).
 
     >>> spectrum = RadialSpectrum()
     >>> spectrum.update(torch.rand(8, 3, 32, 32))
@@ -119,10 +121,30 @@ class RadialSpectrum:
     """
 
     def __init__(self, *, unit_range: bool = True) -> None:
+        super().__init__()
         self.unit_range = unit_range
-        self.size: tuple[int, int] | None = None
-        self.total: torch.Tensor | None = None
-        self.count = 0
+        self.add_state("ring_power", None, "sum")  # (R,) float64, shaped by the first batch
+        self.add_state("count", torch.zeros((), dtype=torch.int64), "sum")
+        self._geometry: tuple[tuple[int, int], torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    def reset(self) -> None:
+        super().reset()
+        self._geometry = None
+
+    def _rings(self, size: tuple[int, int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each rfft2 coefficient's ring, its weight (1 or 2: the half spectrum) and each ring's area.
+
+        Raises:
+            ShapeError: a size other than the earlier batches'.
+        """
+        if self._geometry is None:
+            rings, weights = _ring_index(*size, device), _rfft_weights(size[1], device)
+            area = torch.zeros(int(rings.max()) + 1, dtype=torch.float64, device=device)
+            area.index_add_(0, rings.flatten(), weights.expand_as(rings).flatten())
+            self._geometry = (size, rings, weights, area)
+        elif size != self._geometry[0]:
+            raise ShapeError(f"all images of a spectrum need one size: {self._geometry[0]} so far, then {size}")
+        return self._geometry[1:]
 
     def update(self, images: torch.Tensor) -> None:
         """Add a batch ``(N, C, H, W)`` of square images (every batch of one size).
@@ -139,26 +161,22 @@ class RadialSpectrum:
                 f"the radial spectrum is defined on square images (rings up to the one Nyquist radius of both "
                 f"axes), got {size[0]}x{size[1]}: crop or resize the images to NxN first"
             )
-        if self.size is None:
-            self.size = size
-            self.rings = _ring_index(*size, x.device)
-            self.weights = _rfft_weights(size[1], x.device)
-            self.ring_area = torch.zeros(int(self.rings.max()) + 1, dtype=torch.float64, device=x.device)
-            self.ring_area.index_add_(0, self.rings.flatten(), self.weights.expand_as(self.rings).flatten())
-            self.total = torch.zeros_like(self.ring_area)
-        elif size != self.size:
-            raise ShapeError(f"all images of a spectrum need one size: {self.size} so far, then {size}")
+        rings, weights, area = self._rings(size, x.device)
         spectrum = torch.fft.rfft2(x)
         power = (spectrum.real.square() + spectrum.imag.square()).sum(0, dtype=torch.float64) / (size[0] * size[1])
-        summed = (power * self.weights).flatten()
-        self.total.index_add_(0, self.rings.flatten(), summed)
+        summed = torch.zeros_like(area).index_add_(0, rings.flatten(), (power * weights).flatten()) / area
+        self.ring_power = summed if self.ring_power is None else self.ring_power + summed
         self.count += x.shape[0]
 
     def compute(self) -> np.ndarray:
-        """The mean power per ring, ``(R,)`` float64."""
-        if self.total is None:
+        """The mean power per ring, ``(R,)`` float64.
+
+        Raises:
+            ShapeError: before any image.
+        """
+        if self.ring_power is None:
             raise ShapeError("the spectrum has seen no images")
-        return (self.total / self.ring_area / self.count).cpu().numpy()
+        return (self.ring_power / self.count).cpu().numpy()
 
 
 def radial_power_spectrum(images: torch.Tensor, batch_size: int = 1024) -> np.ndarray:

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from upzoo.checks import check_spacing
-from upzoo.collectives import all_reduce_sum
 from upzoo.errors import ShapeError
 from upzoo.metrics.confusion import check_num_classes
+from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = ["surface_distances", "surface_metrics", "hausdorff95", "surface_dice", "SurfaceMetrics"]
 
@@ -219,16 +219,17 @@ def surface_dice(pred, target, num_classes: int, *, spacing: Sequence[float], to
     return _per_class(pred, target, num_classes, spacing, lambda d: _nsd(d, tolerance_mm))
 
 
-class SurfaceMetrics:
+class SurfaceMetrics(StreamingMetric):
     """Streaming HD95 and surface Dice over cases: ``update(pred, target, spacing)`` per case,
     per-class sums and counts of the case values (summable across DDP ranks), ``compute`` means.
     A case where a class is in only one of prediction and reference adds ``inf`` to that class's
     HD95 mean, as it should: the mean of a set with a missed structure is unbounded."""
 
     def __init__(self, num_classes: int, *, tolerance_mm: float = 2.0) -> None:
+        super().__init__()
         self.num_classes, self.tolerance_mm = check_num_classes(num_classes), _check_tolerance(tolerance_mm)
-        self.sums = torch.zeros(2, num_classes, dtype=torch.float64)  # HD95, surface Dice
-        self.counts = torch.zeros(num_classes, dtype=torch.float64)
+        self.add_state("sums", torch.zeros(2, self.num_classes, dtype=torch.float64), "sum")  # HD95, surface Dice
+        self.add_state("counts", torch.zeros(self.num_classes, dtype=torch.float64), "sum")
 
     def update(self, pred, target, spacing: Sequence[float]) -> None:
         """Add one case ``(*S)`` or a batch ``(N, *S)`` (``spacing``: one, or one per case)."""
@@ -241,10 +242,6 @@ class SurfaceMetrics:
                     self.sums[0, c] += _hd95(distances)
                     self.sums[1, c] += _nsd(distances, self.tolerance_mm)
                     self.counts[c] += 1
-
-    def all_reduce(self) -> None:
-        for t in (self.sums, self.counts):
-            all_reduce_sum(t)
 
     def compute(self) -> dict[str, Any]:
         """``hd95`` and ``surface_dice`` (means over the foreground classes present, class 0 being the

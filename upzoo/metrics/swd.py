@@ -22,8 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from upzoo.checks import check_positive_int
+from upzoo.collectives import all_gather_objects
 from upzoo.errors import ShapeError
 from upzoo.metrics.spectrum import as_unit_images
+from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = ["SlicedWasserstein", "laplacian_pyramid", "sliced_wasserstein", "pyramid_levels"]
 
@@ -86,8 +88,7 @@ def _patches(level: torch.Tensor, centres: np.ndarray, size: int = 7) -> torch.T
     return patches.transpose(1, 2).reshape(n * count, c, size, size)
 
 
-def _normalised(descriptors: list[torch.Tensor]) -> torch.Tensor:
-    d = torch.cat(descriptors)
+def _normalised(d: torch.Tensor) -> torch.Tensor:
     mean = d.double().mean(dim=(0, 2, 3), keepdim=True)
     std = d.double().std(dim=(0, 2, 3), keepdim=True, correction=0)
     return ((d - mean.float()) / std.float().clamp_min(1e-12)).reshape(len(d), -1)
@@ -116,8 +117,10 @@ def check_swd_options(**options: object) -> None:
         check_positive_int(value, f"SlicedWasserstein: {name}", minimum=0 if name == "seed" else 1, error=ShapeError)
 
 
-class SlicedWasserstein:
-    """SWD between a real and a generated set of images, fed batch by batch (see the module).
+class SlicedWasserstein(StreamingMetric):
+    """SWD between a real and a generated set of images, fed batch by batch (see the module). Its
+    states are the two sets' patch descriptors ``(patches, levels, C, 7, 7)``, gathered across DDP
+    ranks by ``sync``.
 
     Args:
         patches_per_image: neighbourhoods per image and level (reference: 128).
@@ -137,9 +140,27 @@ class SlicedWasserstein:
         check_swd_options(patches_per_image=patches_per_image, repeats=repeats, directions=directions, seed=seed)
         self.patches_per_image, self.repeats, self.directions = patches_per_image, repeats, directions
         self.seed = seed
-        self.seen = {True: 0, False: 0}
-        self.descriptors: dict[bool, list[list[torch.Tensor]]] = {True: [], False: []}
+        super().__init__()
+        self.add_state("real_descriptors", None, "cat")
+        self.add_state("generated_descriptors", None, "cat")
+        self.seen = {True: 0, False: 0}  # images so far: the next image's index for its patch positions
         self.shape: tuple[int, ...] | None = None
+
+    def reset(self) -> None:
+        super().reset()
+        self.seen = {True: 0, False: 0}
+        self.shape = None
+
+    def sync(self) -> None:
+        """Gather every rank's descriptors (and the image shape, which a rank without images lacks)."""
+        shapes = sorted({s for s in all_gather_objects(self.shape) if s is not None})
+        if len(shapes) > 1:
+            raise ShapeError(f"SWD: the ranks measured images of shapes {shapes[0]} and {shapes[1]}; use one size")
+        super().sync()
+        self.shape = shapes[0] if shapes else None
+
+    def _descriptors(self, real: bool) -> list[torch.Tensor]:
+        return self.real_descriptors if real else self.generated_descriptors
 
     def update(self, images: torch.Tensor, *, real: bool) -> None:
         """Add a batch ``(N, C, H, W)`` (uint8, or float in [0, 1]) to the real or generated set."""
@@ -160,7 +181,7 @@ class SlicedWasserstein:
             centres = _positions(self.seed, index, self.seen[real], len(x), self.patches_per_image, level.shape[-2:])
             rows.append(_patches(level, centres).cpu())
         self.seen[real] += len(x)
-        self.descriptors[real].append(rows)
+        self._descriptors(real).append(torch.stack(rows, 1))
 
     def compute(self) -> dict[str, float]:
         """``{"level_<size>": SWD x 1e3, ..., "mean": ...}``, finest level first.
@@ -169,7 +190,7 @@ class SlicedWasserstein:
             ShapeError: a set that is empty, or sets of different sizes (the reference compares
                 equal numbers of descriptors).
         """
-        counts = {real: sum(len(rows[0]) for rows in self.descriptors[real]) for real in (True, False)}
+        counts = {real: sum(len(rows) for rows in self._descriptors(real)) for real in (True, False)}
         if not counts[True] or counts[True] != counts[False]:
             raise ShapeError(
                 f"SWD compares equally many real and generated images; got {counts[True] // self.patches_per_image} "
@@ -177,10 +198,10 @@ class SlicedWasserstein:
             )
         generator = torch.Generator().manual_seed(self.seed + 1)
         result: dict[str, float] = {}
+        real, generated = torch.cat(self.real_descriptors), torch.cat(self.generated_descriptors)
         size = self.shape[1]
-        for level in range(len(self.descriptors[True][0])):
-            a = _normalised([rows[level] for rows in self.descriptors[True]])
-            b = _normalised([rows[level] for rows in self.descriptors[False]])
+        for level in range(real.shape[1]):
+            a, b = _normalised(real[:, level]), _normalised(generated[:, level])
             distances = []
             for _ in range(self.repeats):
                 directions = torch.randn(a.shape[1], self.directions, generator=generator, dtype=torch.float64)

@@ -71,10 +71,10 @@ def evaluate_segmentation(
                 boundary.update(pred, sample["mask"])
         if len(examples) < keep:
             examples.append((sample["image"][0], sample["mask"][0], pred[0]))
-    acc.all_reduce()
+    acc.sync()
     metrics = acc.compute()
     for boundary in boundaries:
-        boundary.all_reduce()
+        boundary.sync()
         metrics.update(boundary.compute())
     model.train(was_training)
     return metrics, examples
