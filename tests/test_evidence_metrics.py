@@ -329,7 +329,9 @@ def test_surface_metrics_refuse_a_spacing_that_is_not_positive_finite_mm(spacing
     labels = np.zeros((4, 6, 6), dtype=np.int64)
     labels[1:3, 1:4, 1:4] = 1
     for metric in (hausdorff95, lambda p, t, k, spacing: surface_dice(p, t, k, spacing=spacing, tolerance_mm=1.0)):
-        with pytest.raises(ShapeError, match=r"spacing \(one per axis, or one per map\) must be positive finite .*got"):
+        with pytest.raises(
+            ConfigError, match=r"spacing \(one per axis, or one per map\) must be positive finite .*got"
+        ):
             metric(labels, labels, 2, spacing=spacing)
 
 

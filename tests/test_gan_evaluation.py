@@ -87,7 +87,7 @@ def test_generated_and_real_sets_must_match():
     real = RealImages(torch.rand(20, 3, 16, 16))
     with pytest.raises(ShapeError, match=r"generated images \(10, 3, 16, 16\) and real images \(20, 3, 16, 16\)"):
         real.compare(torch.rand(10, 3, 16, 16))
-    with pytest.raises(ShapeError, match=r"generated images: float images must hold values in \[0, 1\], got -0.5"):
+    with pytest.raises(ConfigError, match=r"generated images: float images must hold values in \[0, 1\], got -0.5"):
         real.compare(torch.rand(20, 3, 16, 16) - 0.5)
     report = RealImages(torch.rand(20, 3, 8, 8)).compare(torch.rand(20, 3, 8, 8))
     assert "swd" not in report.values and "16x16" in report.notes["swd_note"]

@@ -272,12 +272,12 @@ def test_testbed_data_that_does_not_fit_is_refused(tmp_path, data, message):
 
 def test_raw_range_spectra_refuse_what_is_not_finite_float_images():
     spectrum = RadialSpectrum(unit_range=False)
-    with pytest.raises(ShapeError, match=r"2 values are NaN or infinite"):
+    with pytest.raises(ConfigError, match=r"2 values are NaN or infinite"):
         spectrum.update(torch.tensor([math.nan, math.inf, 0.0, 1.0]).reshape(1, 1, 2, 2))
-    with pytest.raises(
-        ShapeError, match=r"expected a float batch of images \(N, C, H, W\), got \(1, 1, 2, 2\) torch.uint8"
-    ):
+    with pytest.raises(ConfigError, match=r"expected a float batch of images \(N, C, H, W\), got a torch.uint8 tensor"):
         spectrum.update(torch.zeros(1, 1, 2, 2, dtype=torch.uint8))
+    with pytest.raises(ShapeError, match=r"expected a float batch of images \(N, C, H, W\), got shape \(1, 2, 2\)"):
+        spectrum.update(torch.zeros(1, 2, 2))
 
 
 def test_the_testbed_recipes_build_the_papers_generators():

@@ -11,7 +11,7 @@ from PIL import Image
 from torchmetrics.classification import MulticlassJaccardIndex
 
 from upzoo.data.cityscapes import LABELS, to_train_ids
-from upzoo.errors import ShapeError
+from upzoo.errors import ConfigError, ShapeError
 from upzoo.metrics import ConfusionMatrix, confusion_matrix, mean_iou
 
 
@@ -56,16 +56,26 @@ def test_accumulator_equals_one_shot_and_survives_a_reduce_without_ddp():
 
 
 @pytest.mark.parametrize(
-    "pred, target, message",
+    "pred, target, error, message",
     [
-        (torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, 2, dtype=torch.long), "differ in shape"),
-        (torch.zeros(4), torch.zeros(4, dtype=torch.long), "integer class indices"),
-        (torch.tensor([0, 5]), torch.tensor([0, 1]), r"prediction labels must be in 0..4, got values in 0..5"),
-        (torch.tensor([0, 1]), torch.tensor([0, 7]), r"target labels must be in 0..4 or 255, got values in 0..7"),
+        (torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, 2, dtype=torch.long), ShapeError, "differ in shape"),
+        (torch.zeros(4), torch.zeros(4, dtype=torch.long), ConfigError, "integer class indices"),
+        (
+            torch.tensor([0, 5]),
+            torch.tensor([0, 1]),
+            ConfigError,
+            r"prediction labels must be in 0..4, got values in 0..5",
+        ),
+        (
+            torch.tensor([0, 1]),
+            torch.tensor([0, 7]),
+            ConfigError,
+            r"target labels must be in 0..4 or 255, got values in 0..7",
+        ),
     ],
 )
-def test_bad_inputs_raise(pred, target, message):
-    with pytest.raises(ShapeError, match=message):
+def test_bad_inputs_raise(pred, target, error, message):
+    with pytest.raises(error, match=message):
         confusion_matrix(pred, target, 5)
 
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from upzoo import create_upsampler
-from upzoo.errors import ConfigError, ShapeError
+from upzoo.errors import ConfigError, DataError
 from upzoo.upsamplers.reference_weights import load_reference_state_dict, reference_state_dict
 
 
@@ -106,15 +106,15 @@ def test_weights_that_are_not_finite_float_tensors_are_refused_naming_the_key():
     bad_values = [("abc", "got str"), (None, "got NoneType"), (nan, "32 of 32 values are NaN"),
                   (torch.zeros(32, dtype=torch.long), "got torch.int64")]  # fmt: skip
     for value, message in bad_values:
-        with pytest.raises(ShapeError, match=f"dysample state_dict\\[.offset.bias.\\].*{message}"):
+        with pytest.raises(DataError, match=f"dysample state_dict\\[.offset.bias.\\].*{message}"):
             load_reference_state_dict(block, {**good, "offset.bias": value}, source="dysample")
     carafe = create_upsampler("carafe", spatial_dims=2, in_channels=4, out_channels=4, scale=2)
     theirs = reference_state_dict(carafe, source="carafe")
     load_reference_state_dict(carafe, {k: v.numpy() for k, v in theirs.items()}, source="carafe")  # arrays load
-    with pytest.raises(ShapeError, match=r"carafe state_dict\['content_encoder.weight'\]: 1 of"):
+    with pytest.raises(DataError, match=r"carafe state_dict\['content_encoder.weight'\]: 1 of"):
         theirs["content_encoder.weight"].view(-1)[0] = float("inf")
         load_reference_state_dict(carafe, theirs, source="carafe")
-    with pytest.raises(ShapeError, match=r"init_pos \(1, 16, 1, 1\) is not the one of scale 2 and 4 group\(s\)"):
+    with pytest.raises(DataError, match=r"init_pos \(1, 16, 1, 1\) is not the one of scale 2 and 4 group\(s\)"):
         load_reference_state_dict(
             block, {**good, "init_pos": AuthorsDySample(16, 2, "lp", 2).init_pos}, source="dysample"
         )
@@ -130,10 +130,10 @@ def test_a_fresh_block_starts_where_the_authors_block_starts():
 def test_conversion_errors_name_the_keys_and_shapes():
     block = create_upsampler("dysample", spatial_dims=2, in_channels=16, out_channels=16, scale=2)
     ref = AuthorsDySample(16, 2, "lp", 4, dyscope=True)
-    with pytest.raises(ShapeError, match=r"missing nothing, unexpected \['scope.weight'\]"):
+    with pytest.raises(DataError, match=r"missing nothing, unexpected \['scope.weight'\]"):
         load_reference_state_dict(block, ref.state_dict(), source="dysample")
     other = AuthorsDySample(16, 2, "lp", 2).state_dict()
-    with pytest.raises(ShapeError, match=r"dysample offset.bias has shape \(16,\), this block \(32,\)"):
+    with pytest.raises(DataError, match=r"dysample offset.bias has shape \(16,\), this block \(32,\)"):
         load_reference_state_dict(block, other, source="dysample")
     with pytest.raises(ConfigError, match="source must be one of carafe, fade, sapa, dysample, got 'mmcv'"):
         load_reference_state_dict(block, other, source="mmcv")
@@ -386,7 +386,7 @@ def test_converters_refuse_blocks_that_cannot_hold_the_reference():
     same = create_upsampler("carafe", spatial_dims=2, in_channels=4, out_channels=4, scale=2)
     with pytest.raises(ConfigError, match="source 'fade' converts into a 2D fade block, got CarafeUpsampler"):
         reference_state_dict(same, source="fade")
-    with pytest.raises(ShapeError, match=r"missing \['content_encoder.bias'\]"):
+    with pytest.raises(DataError, match=r"missing \['content_encoder.bias'\]"):
         theirs = reference_state_dict(same, source="carafe")
         del theirs["content_encoder.bias"]
         load_reference_state_dict(same, theirs, source="carafe")

@@ -155,9 +155,9 @@ def test_resize_matrix_rows_sum_to_one_and_bad_sizes_are_refused():
         bicubic_downscale(torch.rand(3, 10, 12), 4)
     with pytest.raises(ShapeError, match="expected float images"):
         imresize(torch.zeros(3, 8, 8, dtype=torch.uint8), (4, 4), 0.5)
-    with pytest.raises(ShapeError, match="factor must be a whole number >= 1, got 0"):
+    with pytest.raises(ConfigError, match="factor must be a whole number >= 1, got 0"):
         bicubic_downscale(torch.rand(3, 8, 8), 0)
-    with pytest.raises(ShapeError, match="scale must be a positive finite number"):
+    with pytest.raises(ConfigError, match="scale must be a positive finite number"):
         imresize(torch.rand(3, 8, 8), (4, 4), -0.5)
     with pytest.raises(ShapeError, match="imresize size"):
         imresize(torch.rand(3, 8, 8), (4, 0), 0.5)
@@ -204,18 +204,25 @@ def test_image_quality_streams_the_mean_of_per_image_values():
 
 
 @pytest.mark.parametrize(
-    ("output", "target", "options", "message"),
+    ("output", "target", "options", "error", "message"),
     [
-        (torch.rand(1, 3, 16, 16), torch.rand(1, 3, 16, 18), {}, "differ"),
-        (torch.rand(3, 16, 16), torch.rand(3, 16, 16), {}, r"float images \(B, C, H, W\)"),
-        (torch.rand(1, 3, 16, 16), torch.rand(1, 3, 16, 16), {"crop_border": 4}, "less than 11 pixels"),
-        (torch.rand(1, 3, 16, 16), torch.rand(1, 3, 16, 16), {"crop_border": -1}, "crop_border must be"),
-        (torch.rand(1, 2, 16, 16), torch.rand(1, 2, 16, 16), {"y_channel": True}, "RGB or gray"),
-        (torch.full((1, 3, 16, 16), math.nan), torch.rand(1, 3, 16, 16), {}, "NaN"),
+        (torch.rand(1, 3, 16, 16), torch.rand(1, 3, 16, 18), {}, ShapeError, "differ"),
+        (
+            torch.rand(3, 16, 16),
+            torch.rand(3, 16, 16),
+            {},
+            ShapeError,
+            r"images \(B, C, H, W\), got shape \(3, 16, 16\)",
+        ),
+        (torch.ones(1, 3, 16, 16, dtype=torch.uint8), torch.rand(1, 3, 16, 16), {}, ConfigError, "float images"),
+        (torch.rand(1, 3, 16, 16), torch.rand(1, 3, 16, 16), {"crop_border": 4}, ShapeError, "less than 11 pixels"),
+        (torch.rand(1, 3, 16, 16), torch.rand(1, 3, 16, 16), {"crop_border": -1}, ConfigError, "crop_border must be"),
+        (torch.rand(1, 2, 16, 16), torch.rand(1, 2, 16, 16), {"y_channel": True}, ShapeError, "RGB or gray"),
+        (torch.full((1, 3, 16, 16), math.nan), torch.rand(1, 3, 16, 16), {}, ConfigError, "NaN"),
     ],
 )
-def test_bad_metric_inputs_are_one_line(output, target, options, message):
-    with pytest.raises(ShapeError, match=message):
+def test_bad_metric_inputs_are_one_line(output, target, options, error, message):
+    with pytest.raises(error, match=message):
         psnr(output, target, **options)
 
 

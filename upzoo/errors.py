@@ -27,7 +27,8 @@ class UpzooError(Exception):
 
 
 class ConfigError(UpzooError, ValueError):
-    """An option, recipe field or argument has a value upzoo cannot use."""
+    """A value upzoo cannot use: an option, recipe field or argument, and a tensor's dtype, value
+    range or NaN/inf values (what a tensor holds, not its shape)."""
 
 
 class RegistryError(UpzooError, LookupError):
@@ -35,11 +36,13 @@ class RegistryError(UpzooError, LookupError):
 
 
 class ShapeError(UpzooError, ValueError):
-    """A tensor or size does not have the shape the model or block needs."""
+    """A tensor's shape or a size is not one the model, block or metric takes (dims, channels,
+    spatial sizes, two sets that must match in count or size)."""
 
 
 class DataError(UpzooError, ValueError):
-    """A dataset file or folder (or a checkpoint) is missing, unreadable, corrupt or inconsistent."""
+    """A dataset file or folder, a checkpoint or a weights file is missing, unreadable, corrupt or
+    inconsistent (missing or unexpected keys, weights of another shape)."""
 
 
 class UsageError(UpzooError, ValueError):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import psutil
 import torch
 
-from upzoo.errors import ShapeError
+from upzoo.errors import ConfigError
 
 __all__ = ["MemoryPeak", "peak_memory", "estimate_training_bytes", "ensure_fits"]
 
@@ -124,11 +124,11 @@ def ensure_fits(nbytes: int, what: str) -> None:
     """Refuse, in one line, work that needs more memory than this machine has free.
 
     Raises:
-        ShapeError: naming the estimate, the free memory and the fix.
+        ConfigError: naming the estimate, the free memory and the fix.
     """
     available = psutil.virtual_memory().available
     if nbytes > available:
-        raise ShapeError(
+        raise ConfigError(
             f"{what} needs at least {nbytes / 2**30:.1f} GiB but {available / 2**30:.1f} GiB of memory "
             f"are free; use a smaller input, batch or channel count"
         )

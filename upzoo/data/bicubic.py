@@ -18,7 +18,7 @@ import math
 import torch
 
 from upzoo.checks import check_positive_int, check_sizes
-from upzoo.errors import ShapeError
+from upzoo.errors import ConfigError, ShapeError
 
 __all__ = ["resize_matrix", "imresize", "bicubic_downscale"]
 
@@ -61,14 +61,15 @@ def imresize(images: torch.Tensor, size: tuple[int, int], scale: float) -> torch
     as MATLAB's), computed in float64 and returned in the input's dtype.
 
     Raises:
-        ShapeError: not float images with two spatial axes.
+        ShapeError: not float images with two spatial axes, or a size that is not two sizes.
+        ConfigError: a scale that is not a positive finite number.
     """
     if not isinstance(images, torch.Tensor) or images.ndim < 2 or not images.is_floating_point():
         shown = f"{tuple(images.shape)} {images.dtype}" if isinstance(images, torch.Tensor) else type(images).__name__
         raise ShapeError(f"imresize: expected float images (..., H, W), got {shown}")
     size = check_sizes(size, "imresize size", count=2, error=ShapeError)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
-        raise ShapeError(f"imresize: scale must be a positive finite number, got {scale!r}")
+        raise ConfigError(f"imresize: scale must be a positive finite number, got {scale!r}")
     height, width = images.shape[-2:]
     rows = resize_matrix(height, size[0], scale).to(images.device)
     cols = resize_matrix(width, size[1], scale).to(images.device)
@@ -86,7 +87,7 @@ def bicubic_downscale(images: torch.Tensor, factor: int) -> torch.Tensor:
         ShapeError: a factor that is not a whole number >= 1, or a side that is not a multiple of it
             (crop it first).
     """
-    factor = check_positive_int(factor, "bicubic downscale factor", error=ShapeError)
+    factor = check_positive_int(factor, "bicubic downscale factor")
     if not isinstance(images, torch.Tensor) or images.ndim < 2:
         raise ShapeError(f"bicubic downscale: expected images (..., H, W), got {type(images).__name__}")
     height, width = images.shape[-2:]

@@ -288,7 +288,7 @@ class Predictor:
             shown = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ShapeError(f"expected prepared inputs (N, {self.preprocess.in_channels}, {dims} sizes), got {shown}")
         size = check_sizes(size, "size (the output size)", count=dims, error=ShapeError)
-        check_finite(x, "inputs", error=ShapeError)
+        check_finite(x, "inputs")
         p = self._scores(x, size, probabilities=self.keep_probabilities).cpu()
         labels = p.max(1).indices.to(torch.uint8 if p.shape[1] <= 256 else torch.int32).numpy()  # max: 5x argmax
         probs = p.numpy() if self.keep_probabilities else None

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from upzoo.checks import check_finite, check_positive_int
-from upzoo.errors import ShapeError
+from upzoo.errors import ConfigError, ShapeError
 
 __all__ = ["image_checkerboard", "phases"]
 
@@ -33,18 +33,21 @@ def image_checkerboard(images: torch.Tensor, period: int = 2) -> float:
     (0: none), for images of at least ``period + 2`` pixels a side.
 
     Raises:
-        ShapeError: not such images, NaN/inf values, or ``period`` not a whole number >= 2.
+        ShapeError: not a 4D batch, or images too small for ``period``.
+        ConfigError: not float images, NaN/inf values, or ``period`` not a whole number >= 2.
     """
-    check_positive_int(period, "checkerboard period", minimum=2, error=ShapeError)
-    if not isinstance(images, torch.Tensor) or images.ndim != 4 or not images.is_floating_point():
-        shown = f"{tuple(images.shape)} {images.dtype}" if isinstance(images, torch.Tensor) else type(images).__name__
-        raise ShapeError(f"checkerboard: expected float images (B, C, H, W), got {shown}")
+    check_positive_int(period, "checkerboard period", minimum=2)
+    if not isinstance(images, torch.Tensor) or not images.is_floating_point():
+        shown = f"{images.dtype} tensor" if isinstance(images, torch.Tensor) else type(images).__name__
+        raise ConfigError(f"checkerboard: expected float images (B, C, H, W), got a {shown}")
+    if images.ndim != 4:
+        raise ShapeError(f"checkerboard: expected float images (B, C, H, W), got shape {tuple(images.shape)}")
     if min(images.shape[0], images.shape[1]) < 1 or min(images.shape[2:]) < period + 2:
         raise ShapeError(
             f"checkerboard: images {tuple(images.shape)} too small: it needs B, C >= 1 and H, W >= "
             f"period + 2 = {period + 2}"
         )
-    check_finite(images, "checkerboard images", error=ShapeError)
+    check_finite(images, "checkerboard images")
     x = images.double()
     c = x.shape[1]
     box = torch.ones(c, 1, 3, 3, dtype=x.dtype) / 9

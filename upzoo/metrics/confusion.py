@@ -46,7 +46,7 @@ def as_labels(value: Any, name: str) -> torch.Tensor:
     """A label map as a tensor: tensors as they are, NumPy arrays and lists converted.
 
     Raises:
-        ShapeError: anything else, naming ``name`` and the type that came.
+        ConfigError: anything else, naming ``name`` and the type that came.
     """
     if isinstance(value, torch.Tensor):
         return value
@@ -54,8 +54,8 @@ def as_labels(value: Any, name: str) -> torch.Tensor:
         try:
             return torch.as_tensor(np.asarray(value))
         except (TypeError, ValueError, RuntimeError) as exc:
-            raise ShapeError(f"{name} is not an array of class indices ({exc})") from None
-    raise ShapeError(f"{name} must be a tensor or NumPy array of class indices, got {type(value).__name__}")
+            raise ConfigError(f"{name} is not an array of class indices ({exc})") from None
+    raise ConfigError(f"{name} must be a tensor or NumPy array of class indices, got {type(value).__name__}")
 
 
 def _index_dtype(num_classes: int) -> torch.dtype:
@@ -66,11 +66,11 @@ def check_label_values(pred: torch.Tensor, target: torch.Tensor, num_classes: in
     """Both label maps hold integer class indices in ``0..K-1`` (the target also ``ignore_index``).
 
     Raises:
-        ShapeError: a floating-point or bool map, or labels out of range (with the range found).
+        ConfigError: a floating-point or bool map, or labels out of range (with the range found).
     """
     for name, t in (("prediction", pred), ("target", target)):
         if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-            raise ShapeError(f"{name} must hold integer class indices, got {t.dtype}")
+            raise ConfigError(f"{name} must hold integer class indices, got {t.dtype}")
     if not pred.numel():
         return
     checked = target if ignore_index is None else target.masked_fill(target == ignore_index, 0)
@@ -78,7 +78,7 @@ def check_label_values(pred: torch.Tensor, target: torch.Tensor, num_classes: in
         low, high = (int(v) for v in torch.aminmax(t))
         if low < 0 or high >= num_classes:
             extra = f" or {ignore_index}" if name == "target" and ignore_index is not None else ""
-            raise ShapeError(f"{name} labels must be in 0..{num_classes - 1}{extra}, got values in {low}..{high}")
+            raise ConfigError(f"{name} labels must be in 0..{num_classes - 1}{extra}, got values in {low}..{high}")
 
 
 def confusion_matrix(
@@ -92,7 +92,8 @@ def confusion_matrix(
         validate: check shapes and that labels lie in ``0..K-1`` (or are ``ignore_index``).
 
     Raises:
-        ShapeError: shapes differ, or labels out of range (with the offending values).
+        ShapeError: shapes differ.
+        ConfigError: labels out of range (with the offending values), or a bad class count.
     """
     if validate:
         num_classes = check_num_classes(num_classes, ignore_index)

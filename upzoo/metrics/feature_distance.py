@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from upzoo.checks import check_positive_int
-from upzoo.errors import DataError, ShapeError
+from upzoo.errors import ConfigError, DataError, ShapeError
 from upzoo.metrics.spectrum import as_unit_images
 from upzoo.metrics.streaming import StreamingMetric
 
@@ -70,7 +70,7 @@ class FeatureExtractor:
 def check_extractor(extractor: Any) -> None:
     """Refuse what is not a :class:`FeatureExtractor` (a bare module or name would fail later, mid-run)."""
     if not isinstance(extractor, FeatureExtractor):
-        raise ShapeError(
+        raise ConfigError(
             f"extractor must be a FeatureExtractor, got {type(extractor).__name__}: wrap a module with "
             f"module_features(module), or use inception_features(path) or encoder_features(run)"
         )
@@ -147,7 +147,7 @@ def encoder_features(run: str | Path, device: str = "cpu") -> FeatureExtractor:
 def check_kid_options(subsets: Any, subset_size: Any, seed: Any) -> None:
     """KID's ``subsets`` (>= 1), ``subset_size`` (>= 2) and ``seed`` (>= 0): whole numbers."""
     for name, value, least in (("subsets", subsets, 1), ("subset_size", subset_size, 2), ("seed", seed, 0)):
-        check_positive_int(value, f"KID {name}", minimum=least, error=ShapeError)
+        check_positive_int(value, f"KID {name}", minimum=least)
 
 
 #: ``(x.y / D + 1)^3`` of features this large stays below float32's 3.4e38.
@@ -158,21 +158,22 @@ def check_feature_sets(real: Any, generated: Any) -> None:
     """Two feature sets ``(N, D)`` of one width ``D``, of at least two rows, with finite values.
 
     Raises:
-        ShapeError: naming the set and what came.
+        ShapeError: features that are not ``(N, D)`` with N >= 2, or sets of different widths.
+        ConfigError: NaN/inf features, or features too large for KID's kernel.
     """
     for what, features in (("real", real), ("generated", generated)):
         if not isinstance(features, torch.Tensor) or features.ndim != 2 or len(features) < 2:
             shape = tuple(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__
             raise ShapeError(f"the {what} features must be a tensor (N, D) with N >= 2, got {shape}")
         if not features.dtype.is_floating_point or not bool(torch.isfinite(features).all()):
-            raise ShapeError(
+            raise ConfigError(
                 f"the {what} features must be finite floats, got {features.dtype} with "
                 f"{int((~torch.isfinite(features.double())).sum())} NaN/inf value(s): "
                 f"check the extractor and the images"
             )
         largest = float(features.abs().max())
         if largest > _LARGEST_FEATURE:
-            raise ShapeError(
+            raise ConfigError(
                 f"the {what} features reach {largest:.3g}, beyond {_LARGEST_FEATURE:g}: KID's "
                 f"cubic kernel would overflow float32; scale the features down"
             )
@@ -187,7 +188,8 @@ def frechet_distance(real: torch.Tensor, generated: torch.Tensor) -> float:
     """The Fréchet distance of two feature sets ``(N, D)`` (see the module), in float64.
 
     Raises:
-        ShapeError: features that are not two ``(N, D)`` sets of one width with finite values.
+        ShapeError: features that are not two ``(N, D)`` sets of one width.
+        ConfigError: NaN/inf features.
     """
     check_feature_sets(real, generated)
     mu_r, mu_g = real.double().mean(0), generated.double().mean(0)
@@ -234,8 +236,9 @@ def kernel_distance(
     float32, accumulated in float64.
 
     Raises:
-        ShapeError: features that are not two ``(N, D)`` sets of one width with finite values, fewer
-            than ``subset_size`` in a set, or ``subsets``/``subset_size`` not whole numbers >= 1/2.
+        ShapeError: features that are not two ``(N, D)`` sets of one width, or fewer than
+            ``subset_size`` in a set.
+        ConfigError: NaN/inf features, or ``subsets``/``subset_size`` not whole numbers >= 1/2.
     """
     check_feature_sets(real, generated)
     check_kid_options(subsets, subset_size, seed)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from upzoo.errors import ShapeError
+from upzoo.errors import ConfigError, ShapeError
 from upzoo.metrics.checkerboard import image_checkerboard
 from upzoo.metrics.feature_distance import FeatureDistances, FeatureExtractor, check_extractor, check_kid_options
 from upzoo.metrics.spectrum import (
@@ -74,7 +74,7 @@ class RealImages:
         check_kid_options(subsets, subset_size, seed)
         check_swd_options(patches_per_image=patches_per_image, seed=seed)  # before any work
         if not isinstance(images, (torch.Tensor, Iterable)):
-            raise ShapeError(
+            raise ConfigError(
                 f"real images must be a tensor (N, C, H, W) or batches of them, got {type(images).__name__}"
             )
         batches = [images] if isinstance(images, torch.Tensor) else list(images)
@@ -100,8 +100,9 @@ class RealImages:
         the real set) against the real set.
 
         Raises:
-            ShapeError: sets of different counts, channels or sizes, NaN, values out of range, or
-                fewer images than the KID subset size.
+            ShapeError: sets of different counts, channels or sizes, or fewer images than the KID
+                subset size.
+            ConfigError: NaN, or values out of range.
         """
         generated = as_unit_images(generated, "generated images").cpu()
         if generated.shape != self.images.shape:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from upzoo.checks import check_finite, check_positive_int
-from upzoo.errors import ShapeError
+from upzoo.errors import ConfigError, ShapeError
 from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = ["rgb_to_y", "psnr", "ssim", "psnr_ssim", "ImageQuality"]
@@ -38,13 +38,15 @@ def rgb_to_y(images: torch.Tensor) -> torch.Tensor:
 def _prepared(output: torch.Tensor, target: torch.Tensor, crop_border: int, y_channel: bool) -> tuple:
     """Both images checked, cropped and on the 0-255 scale in float64."""
     for name, value in (("output", output), ("target", target)):
-        if not isinstance(value, torch.Tensor) or value.ndim != 4 or not value.is_floating_point():
-            shown = f"{tuple(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else type(value).__name__
-            raise ShapeError(f"image quality: {name} must be float images (B, C, H, W) in [0, 1], got {shown}")
-        check_finite(value, f"image quality {name}", error=ShapeError)
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            shown = f"{value.dtype} tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ConfigError(f"image quality: {name} must be float images (B, C, H, W) in [0, 1], got a {shown}")
+        if value.ndim != 4:
+            raise ShapeError(f"image quality: {name} must be images (B, C, H, W), got shape {tuple(value.shape)}")
+        check_finite(value, f"image quality {name}")
     if output.shape != target.shape:
         raise ShapeError(f"image quality: output {tuple(output.shape)} and target {tuple(target.shape)} differ")
-    crop = check_positive_int(crop_border, "crop_border", minimum=0, error=ShapeError)
+    crop = check_positive_int(crop_border, "crop_border", minimum=0)
     height, width = output.shape[2:]
     if min(height, width) - 2 * crop < _WINDOW:
         raise ShapeError(
@@ -73,7 +75,8 @@ def psnr(output: torch.Tensor, target: torch.Tensor, *, crop_border: int = 0, y_
     48.1308
 
     Raises:
-        ShapeError: images that are not float ``(B, C, H, W)`` of one shape, or too small for the crop.
+        ShapeError: images that are not ``(B, C, H, W)`` of one shape, or too small for the crop.
+        ConfigError: images that are not finite floats, or a bad ``crop_border``.
     """
     return _psnr(*_prepared(output, target, crop_border, y_channel))
 

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from upzoo.checks import check_positive_int
-from upzoo.errors import ShapeError
+from upzoo.errors import ConfigError, ShapeError
 from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = [
@@ -71,7 +71,8 @@ def as_unit_images(images: torch.Tensor, what: str = "images") -> torch.Tensor:
     """``(N, C, H, W)`` uint8 (0..255) or float in [0, 1] -> float in [0, 1].
 
     Raises:
-        ShapeError: not 4D, NaN/inf, or floats outside [0, 1].
+        ShapeError: not a batch (N, C, H, W).
+        ConfigError: another dtype, NaN/inf, or floats outside [0, 1].
     """
     if not isinstance(images, torch.Tensor) or images.ndim != 4 or 0 in images.shape:
         shown = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
@@ -79,12 +80,12 @@ def as_unit_images(images: torch.Tensor, what: str = "images") -> torch.Tensor:
     if images.dtype == torch.uint8:
         return images.float() / 255.0
     if not images.is_floating_point():
-        raise ShapeError(f"{what}: expected uint8 (0..255) or float images in [0, 1], got {images.dtype}")
+        raise ConfigError(f"{what}: expected uint8 (0..255) or float images in [0, 1], got {images.dtype}")
     low, high = (float(v) for v in torch.aminmax(images))  # one pass; NaN and inf show in the extremes
     if not (math.isfinite(low) and math.isfinite(high)):
-        raise ShapeError(f"{what}: {int((~torch.isfinite(images)).sum())} values are NaN or infinite")
+        raise ConfigError(f"{what}: {int((~torch.isfinite(images)).sum())} values are NaN or infinite")
     if low < 0 or high > 1:
-        raise ShapeError(
+        raise ConfigError(
             f"{what}: float images must hold values in [0, 1], got {low:.4g}..{high:.4g} "
             f"(map a tanh generator's output with (x + 1) / 2)"
         )
@@ -95,13 +96,16 @@ def _finite_images(images: torch.Tensor) -> torch.Tensor:
     """``(N, C, H, W)`` finite floats, any range.
 
     Raises:
-        ShapeError: not a 4D float tensor, or NaN/inf.
+        ShapeError: not a non-empty batch (N, C, H, W).
+        ConfigError: not a float tensor, or NaN/inf.
     """
-    if not isinstance(images, torch.Tensor) or images.ndim != 4 or 0 in images.shape or not images.is_floating_point():
-        shown = f"{tuple(images.shape)} {images.dtype}" if isinstance(images, torch.Tensor) else type(images).__name__
-        raise ShapeError(f"images: expected a float batch of images (N, C, H, W), got {shown}")
+    if not isinstance(images, torch.Tensor) or not images.is_floating_point():
+        shown = f"{images.dtype} tensor" if isinstance(images, torch.Tensor) else type(images).__name__
+        raise ConfigError(f"images: expected a float batch of images (N, C, H, W), got a {shown}")
+    if images.ndim != 4 or 0 in images.shape:
+        raise ShapeError(f"images: expected a float batch of images (N, C, H, W), got shape {tuple(images.shape)}")
     if not bool(torch.isfinite(images).all()):
-        raise ShapeError(f"images: {int((~torch.isfinite(images)).sum())} values are NaN or infinite")
+        raise ConfigError(f"images: {int((~torch.isfinite(images)).sum())} values are NaN or infinite")
     return images
 
 
@@ -209,22 +213,31 @@ def _as_spectrum(spectrum: np.ndarray, what: str) -> np.ndarray:
     """A radial spectrum: 1D, finite, non-negative, of images of at least 2x2.
 
     Raises:
-        ShapeError: naming what came.
+        ShapeError: not one axis of at least two rings.
+        ConfigError: not real, finite numbers >= 0.
     """
     if np.iscomplexobj(spectrum):
-        raise ShapeError(f"{what}: a power spectrum holds real numbers, got {np.asarray(spectrum).dtype}")
+        raise ConfigError(f"{what}: a power spectrum holds real numbers, got {np.asarray(spectrum).dtype}")
     try:
         spectrum = np.asarray(spectrum, np.float64)
     except (TypeError, ValueError):
-        raise ShapeError(f"{what}: expected a radial spectrum (R,) of numbers, got {type(spectrum).__name__}") from None
+        shown = type(spectrum).__name__
+        raise ConfigError(f"{what}: expected a radial spectrum (R,) of numbers, got {shown}") from None
     if spectrum.ndim != 1 or len(spectrum) < 2:
         raise ShapeError(
             f"{what}: expected a radial spectrum (R,) of R >= 2 rings (images of at least 2x2), got shape "
             f"{spectrum.shape}"
         )
     if not np.isfinite(spectrum).all() or (spectrum < 0).any():
-        raise ShapeError(f"{what}: a power spectrum holds finite values >= 0, got {spectrum.min()}..{spectrum.max()}")
+        raise ConfigError(f"{what}: a power spectrum holds finite values >= 0, got {spectrum.min()}..{spectrum.max()}")
     return spectrum
+
+
+def empty_rings(spectrum: np.ndarray) -> np.ndarray:
+    """The rings (beyond ring 0) of a radial spectrum that hold no power: below 1e-12 of the total,
+    float32's rounding of the DFT. A real set with one defines no spectral error there."""
+    spectrum = _as_spectrum(spectrum, "spectrum")
+    return np.flatnonzero(spectrum[1:] <= 1e-12 * spectrum.sum()) + 1
 
 
 def _relative_error(generated: np.ndarray, real: np.ndarray) -> np.ndarray:
@@ -234,9 +247,9 @@ def _relative_error(generated: np.ndarray, real: np.ndarray) -> np.ndarray:
         raise ShapeError(
             f"spectra of {len(generated)} and {len(real)} rings: the generated and real images differ in size"
         )
-    empty = np.flatnonzero(real[1:] <= 1e-12 * real.sum()) + 1  # below float32's rounding of the DFT
+    empty = empty_rings(real)
     if empty.size:
-        raise ShapeError(
+        raise ConfigError(
             f"the real set has no power at ring {int(empty[0])} (of {len(real) - 1}; {empty.size} ring(s) empty): "
             f"a constant or band-limited real set cannot define a spectral error; use other real images"
         )
@@ -248,8 +261,8 @@ def spectral_error(generated: np.ndarray, real: np.ndarray) -> tuple[np.ndarray,
     frequencies both axes measure, ``N / 4 < r <= N / 2`` (Schwarz et al. 2021; see the module).
 
     Raises:
-        ShapeError: spectra of different lengths (images of different sizes), not spectra, or a
-            real spectrum with an empty ring.
+        ShapeError: spectra of different lengths (images of different sizes), or not spectra.
+        ConfigError: a real spectrum with an empty ring, or values that are no power.
     """
     error = _relative_error(generated, real)
     radii, nyquist = np.arange(len(error)), _nyquist(error)
@@ -268,6 +281,7 @@ def image_spectral_error(generated: torch.Tensor, real: torch.Tensor) -> tuple[n
 
     Raises:
         ShapeError: images that are not square batches of one size, or as :func:`spectral_error`.
+        ConfigError: images of another dtype, NaN, values outside [0, 1], or as :func:`spectral_error`.
     """
     generated, real = as_unit_images(generated, "generated images"), as_unit_images(real, "real images")
     return spectral_error(radial_power_spectrum(generated), radial_power_spectrum(real))
@@ -278,7 +292,7 @@ def corner_error(generated: np.ndarray, real: np.ndarray) -> float:
     frequencies only: where a checkerboard's power lies).
 
     Raises:
-        ShapeError: as :func:`spectral_error`.
+        ShapeError, ConfigError: as :func:`spectral_error`.
     """
     error = _relative_error(generated, real)
     return float(np.abs(error[np.arange(len(error)) > _nyquist(error)]).mean())

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from upzoo.checks import check_spacing
-from upzoo.errors import ShapeError
+from upzoo.errors import ConfigError, ShapeError
 from upzoo.metrics.confusion import check_num_classes
 from upzoo.metrics.streaming import StreamingMetric
 
@@ -130,13 +130,13 @@ def _check_spacing(spacing: Any) -> None:
     """A spacing per axis, or one per map: positive finite numbers in mm (:func:`~upzoo.checks.check_spacing`).
 
     Raises:
-        ShapeError: a spacing of another kind, naming what came.
+        ConfigError: a spacing of another kind, naming what came.
     """
     spacing = spacing.tolist() if isinstance(spacing, (torch.Tensor, np.ndarray)) else spacing
     sequence = (list, tuple)
     rows = spacing if isinstance(spacing, sequence) and len(spacing) and isinstance(spacing[0], sequence) else [spacing]
     for row in rows:
-        check_spacing(row, "spacing (one per axis, or one per map)", axes=None, error=ShapeError)
+        check_spacing(row, "spacing (one per axis, or one per map)", axes=None)
 
 
 def _check_labels(pred: np.ndarray, target: np.ndarray, num_classes: int) -> None:
@@ -144,13 +144,13 @@ def _check_labels(pred: np.ndarray, target: np.ndarray, num_classes: int) -> Non
     fraction, would silently count as background).
 
     Raises:
-        ShapeError: naming the map, its dtype or the range of its values.
+        ConfigError: naming the map, its dtype or the range of its values.
     """
     for name, labels in (("prediction", pred), ("target", target)):
         if labels.dtype == bool or not np.issubdtype(labels.dtype, np.integer):
-            raise ShapeError(f"surface metrics: {name} must hold integer class indices, got {labels.dtype}")
+            raise ConfigError(f"surface metrics: {name} must hold integer class indices, got {labels.dtype}")
         if labels.size and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
-            raise ShapeError(
+            raise ConfigError(
                 f"surface metrics: {name} labels must be in 0..{num_classes - 1} (num_classes={num_classes}), "
                 f"got values in {int(labels.min())}..{int(labels.max())}"
             )
@@ -163,7 +163,7 @@ def _check_tolerance(tolerance_mm: Any) -> float:
         or not isinstance(tolerance_mm, (int, float, np.integer, np.floating))
         or not (0 <= float(tolerance_mm) < float("inf"))
     ):
-        raise ShapeError(f"tolerance_mm must be a finite number of mm >= 0, got {tolerance_mm!r}")
+        raise ConfigError(f"tolerance_mm must be a finite number of mm >= 0, got {tolerance_mm!r}")
     return float(tolerance_mm)
 
 

@@ -111,10 +111,10 @@ def check_swd_options(**options: object) -> None:
     numbers >= 1, ``seed`` >= 0 (those given).
 
     Raises:
-        ShapeError: naming the option and the value that came.
+        ConfigError: naming the option and the value that came.
     """
     for name, value in options.items():
-        check_positive_int(value, f"SlicedWasserstein: {name}", minimum=0 if name == "seed" else 1, error=ShapeError)
+        check_positive_int(value, f"SlicedWasserstein: {name}", minimum=0 if name == "seed" else 1)
 
 
 class SlicedWasserstein(StreamingMetric):
@@ -229,8 +229,8 @@ def swd(
     0.0
 
     Raises:
-        ShapeError: options that are not whole numbers, images that are not such batches, or sets
-            of different sizes.
+        ShapeError: images that are not such batches, or sets of different sizes.
+        ConfigError: options that are not whole numbers, or images of another dtype or range.
     """
     metric = SlicedWasserstein(patches_per_image=patches_per_image, repeats=repeats, directions=directions, seed=seed)
     metric.update(real, real=True)

@@ -19,7 +19,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from upzoo.errors import ShapeError
+from upzoo.errors import ConfigError, ShapeError
 from upzoo.models.sizes import AxisRule
 from upzoo.shapes.rules import layer_rule
 from upzoo.shapes.trace import layer_modules, to_meta
@@ -206,7 +206,7 @@ class ShapeSolver:
         """
         most = MAX_RANGE if self.path == "analytic" else MAX_PROBED_RANGE
         if not 1 <= low <= high or high - low >= most:
-            raise ShapeError(
+            raise ConfigError(
                 f"a size range LOW:HIGH needs 1 <= LOW <= HIGH and at most {most:,} sizes "
                 f"({self.path} path), got {low}:{high}"
             )

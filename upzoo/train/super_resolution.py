@@ -14,10 +14,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from upzoo.data.bicubic import imresize
-from upzoo.errors import ShapeError
 from upzoo.metrics.checkerboard import image_checkerboard
 from upzoo.metrics.image_quality import psnr, psnr_ssim
-from upzoo.metrics.spectrum import image_spectral_error
+from upzoo.metrics.spectrum import empty_rings, radial_power_spectrum, spectral_error
 from upzoo.models import build_model
 from upzoo.models.super_resolution import SRDiscriminator
 from upzoo.train.context import StepContext
@@ -49,10 +48,9 @@ def image_metrics(output: torch.Tensor, target: torch.Tensor, scale: int) -> dic
     for a target with frequency rings of no power (flat or band-limited images): the means skip it."""
     output = torch.round(output.clamp(0, 1) * 255.0) / 255.0
     crop = {"crop_border": scale}
-    try:
-        _, error = image_spectral_error(_square(output), _square(target))
-    except ShapeError:  # a flat or band-limited image has rings without power: no spectral error for it
-        error = math.nan
+    real = radial_power_spectrum(_square(target))
+    # a flat or band-limited image has rings without power: no spectral error for it
+    error = math.nan if empty_rings(real).size else spectral_error(radial_power_spectrum(_square(output)), real)[1]
     psnr_y, ssim_y = psnr_ssim(output, target, y_channel=True, **crop)
     return {
         "psnr_y": float(psnr_y[0]),

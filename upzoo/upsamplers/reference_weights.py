@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from upzoo.errors import ConfigError, ShapeError
+from upzoo.errors import ConfigError, DataError
 
 __all__ = ["load_reference_state_dict", "reference_state_dict", "init_pos", "SOURCES"]
 
@@ -126,10 +126,10 @@ def _weight(value: Any, source: str, key: str) -> torch.Tensor:
         value = torch.from_numpy(value)
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         shown = value.dtype if isinstance(value, torch.Tensor) else type(value).__name__
-        raise ShapeError(f"{source} state_dict[{key!r}] must be a floating-point tensor or array, got {shown}")
+        raise DataError(f"{source} state_dict[{key!r}] must be a floating-point tensor or array, got {shown}")
     bad = int((~torch.isfinite(value)).sum())
     if bad:
-        raise ShapeError(
+        raise DataError(
             f"{source} state_dict[{key!r}]: {bad} of {value.numel()} values are NaN or infinite: broken weights"
         )
     return value
@@ -148,14 +148,14 @@ def _renamed(block: nn.Module, state_dict: Mapping[str, Any], source: str) -> di
     given = set(state_dict)
     if given != set(mapping):
         missing, extra = sorted(set(mapping) - given), sorted(given - set(mapping))
-        raise ShapeError(
+        raise DataError(
             f"{source} state_dict does not fit: missing {missing or 'nothing'}, unexpected {extra or 'nothing'}"
         )
     converted = {}
     for theirs, ours in mapping.items():
         value = _weight(state_dict[theirs], source, theirs)
         if value.shape != own[ours].shape:
-            raise ShapeError(
+            raise DataError(
                 f"{source} {theirs} has shape {tuple(value.shape)}, this block's {ours} {tuple(own[ours].shape)}"
             )
         converted[ours] = value
@@ -167,7 +167,7 @@ def load_reference_state_dict(block: nn.Module, state_dict: Mapping[str, Any], *
 
     Raises:
         ConfigError: an unknown source, or a block that cannot hold the reference's weights.
-        ShapeError: missing, unexpected or misshapen keys, named with both shapes.
+        DataError: missing, unexpected or misshapen keys, named with both shapes.
     """
     _check_source(block, source)
     if not isinstance(state_dict, Mapping):
@@ -179,7 +179,7 @@ def load_reference_state_dict(block: nn.Module, state_dict: Mapping[str, Any], *
     given = {k for k in state_dict if k != "init_pos"}
     if given != expected:
         missing, extra = sorted(expected - given), sorted(given - expected)
-        raise ShapeError(
+        raise DataError(
             f"{source} state_dict does not fit this block (dynamic_scope={block.dynamic_scope}): "
             f"missing {missing or 'nothing'}, unexpected {extra or 'nothing'}"
         )
@@ -188,7 +188,7 @@ def load_reference_state_dict(block: nn.Module, state_dict: Mapping[str, Any], *
     for key in sorted(expected):
         value = _weight(state_dict[key], source, key)
         if value.shape != own[key].shape:
-            raise ShapeError(f"{source} {key} has shape {tuple(value.shape)}, this block {tuple(own[key].shape)}")
+            raise DataError(f"{source} {key} has shape {tuple(value.shape)}, this block {tuple(own[key].shape)}")
         converted[key] = _swap_axes(value, 2)
     if "init_pos" in state_dict:
         _check_init_pos(block, _weight(state_dict["init_pos"], source, "init_pos"))
@@ -201,7 +201,7 @@ def load_reference_state_dict(block: nn.Module, state_dict: Mapping[str, Any], *
 def _check_init_pos(block: nn.Module, given: torch.Tensor) -> None:
     expected = init_pos(block.scale[0], block.groups)
     if given.shape != expected.shape or not torch.allclose(given.double(), expected.double(), atol=1e-6):
-        raise ShapeError(
+        raise DataError(
             f"dysample init_pos {tuple(given.shape)} is not the one of scale {block.scale[0]} and {block.groups} "
             f"group(s) {tuple(expected.shape)}: the state dict is of another DySample"
         )
