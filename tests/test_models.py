@@ -9,7 +9,14 @@ import segmentation_models_pytorch as smp
 import torch
 
 from upzoo import ConfigError, RegistryError, ShapeError, UNet, build_model, list_upsamplers
-from upzoo.models import DCGAN_TRANSPOSED_OPTIONS, DCGANDiscriminator, DCGANGenerator, plan_strides, smp_unet
+from upzoo.models import (
+    DCGAN_TRANSPOSED_OPTIONS,
+    DCGANDiscriminator,
+    DCGANGenerator,
+    plan_strides,
+    smp_fpn,
+    smp_unet,
+)
 from upzoo.models.encoders import load_encoder_weights
 from upzoo.models.factory import ModelSpec
 from upzoo.registry import upsampler_info
@@ -331,3 +338,47 @@ def test_the_generators_positional_arguments_still_work_for_a_release_with_a_war
     with pytest.raises(TypeError, match=r"takes at most 3 positional arguments, got 4"):
         DCGANGenerator(16, 3, 32, "interp_conv")
     assert all(p.kind == p.KEYWORD_ONLY for p in inspect.signature(DCGANGenerator).parameters.values())
+
+
+_UNEVEN = {"kernel_size": 3, "padding": 1, "output_padding": 1}  # exact size, uneven overlap: a warning
+
+
+@pytest.mark.parametrize(
+    ("build", "where"),
+    [
+        (lambda: UNet(spatial_dims=2, in_channels=3, num_classes=2, upsampler="transposed", upsampler_options=_UNEVEN),
+         "UNet decoder stage 0 (upsampler_options): "),
+        (lambda: smp_unet("resnet18", num_classes=2, upsampler="transposed", upsampler_options=_UNEVEN),
+         "smp_unet decoder block 0 (upsampler_options): "),
+        (lambda: smp_fpn("resnet18", num_classes=2, upsampler="transposed", upsampler_options=_UNEVEN),
+         "smp_fpn top_down 0 (upsampler_options): "),
+        (lambda: DCGANGenerator(latent_dim=8, out_channels=3, resolution=32, upsampler="transposed",
+                                upsampler_options=_UNEVEN),
+         "DCGANGenerator stage 0 (upsampler_options): "),
+    ],
+)  # fmt: skip
+def test_every_builder_warns_at_the_users_call_naming_the_place(build, where):
+    with pytest.warns(UserWarning) as caught:
+        build()
+    messages = [str(w.message) for w in caught]
+    assert any(
+        m.startswith(where + "transposed: kernel_size=(3, 3) at stride (2, 2) overlaps unevenly") for m in messages
+    )
+    assert {w.filename for w in caught} == {__file__}  # never a line inside upzoo, however deep it noticed
+
+
+def test_smp_unet_refuses_a_block_whose_output_is_not_input_x_scale_when_built():
+    with pytest.raises(ConfigError, match=r"smp_unet decoder block 0: TransposedConvUpsampler maps size 5 to 11x11, "
+                                          r"the model needs exactly 10x10"):  # fmt: skip
+        smp_unet("resnet18", num_classes=2, upsampler="transposed", upsampler_options={"kernel_size": 3})
+
+
+def test_upzoo_and_smp_models_share_one_strict_input_policy():
+    unet = UNet(spatial_dims=2, in_channels=3, num_classes=2, input_policy="strict")
+    smp_model = smp_unet("resnet18", num_classes=2, input_policy="strict")
+    for model, rule in ((unet, "multiples of 8"), (smp_model, "multiples of 32")):
+        expected = rf"input size \(32, 33\) is not valid \(per axis: {rule}, {rule}; input_policy='strict'\); "
+        with pytest.raises(ShapeError, match=expected + "nearest valid sizes: axis 1: 33 -> 32 or "):
+            model(torch.zeros(1, 3, 32, 33))
+    with pytest.raises(ConfigError, match="input_policy must be 'pad' or 'strict', got 'crop'"):
+        UNet(spatial_dims=2, in_channels=3, num_classes=2, input_policy="crop")

@@ -11,8 +11,8 @@ from torch import nn
 from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape
-from upzoo.models.stage_blocks import stage_block
-from upzoo.registry import block_options, create_upsampler
+from upzoo.models.stage_blocks import post_filter_block, stage_block
+from upzoo.registry import block_options
 from upzoo.validation import positional_deprecated
 
 __all__ = ["DCGANGenerator", "DCGANDiscriminator", "DCGAN_TRANSPOSED_OPTIONS"]
@@ -75,18 +75,8 @@ class DCGANGenerator(nn.Module):
         self.stages = _build_stages(
             (upsampler, upsampler_options), (last_upsampler, last_upsampler_options), channels, self.out_channels
         )
-        self.post_filter = (
-            create_upsampler(
-                post_filter,
-                spatial_dims=2,
-                in_channels=out_channels,
-                out_channels=out_channels,
-                scale=1,
-                **(post_filter_options or {}),
-            )
-            if post_filter
-            else None
-        )
+        self.post_filter = post_filter_block(post_filter, post_filter_options, channels=out_channels,
+                                             where="DCGANGenerator post_filter")  # fmt: skip
 
     @classmethod
     def classic(

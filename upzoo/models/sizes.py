@@ -1,5 +1,6 @@
-"""Valid input sizes of a model on one axis, as an arithmetic rule: the one rule that the U-Net's
-input policy (pad or strict), ``upzoo shapes check`` and the valid-size solver all apply."""
+"""Valid input sizes of a model on one axis, as an arithmetic rule: the one rule that the models'
+input policy (pad or strict: :func:`policy_size`, for upzoo's U-Net and every smp model alike),
+``upzoo shapes check`` and the valid-size solver all apply."""
 
 from __future__ import annotations
 
@@ -7,10 +8,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
+from typing import Any, Literal
 
 import torch
 
-__all__ = ["AxisRule", "find_axis_rule"]
+from upzoo.errors import ConfigError, ShapeError
+
+__all__ = ["AxisRule", "find_axis_rule", "InputPolicy", "check_input_policy", "policy_size"]
+
+InputPolicy = Literal["pad", "strict"]
 
 
 @dataclass(frozen=True)
@@ -73,3 +79,40 @@ def find_axis_rule(valid: Callable[[int], bool], limit: int) -> tuple[AxisRule |
     if all(candidate.is_valid(n) == (n in found) for n in range(1, limit + 1)):
         return candidate, sizes
     return None, sizes
+
+
+def check_input_policy(input_policy: Any) -> InputPolicy:
+    """``input_policy`` if it is ``"pad"`` or ``"strict"``.
+
+    Raises:
+        ConfigError: any other value.
+    """
+    if input_policy not in ("pad", "strict"):
+        raise ConfigError(f"input_policy must be 'pad' or 'strict', got {input_policy!r}")
+    return input_policy
+
+
+def policy_size(spatial: tuple[int, ...], rules: list[AxisRule] | tuple[AxisRule, ...], policy: InputPolicy):
+    """The size a model with these per-axis ``rules`` runs at for input size ``spatial``: ``spatial``
+    if valid, else the nearest valid size above it per axis (``"pad"``).
+
+    >>> policy_size((30, 32), [AxisRule(multiple=16, minimum=16)] * 2, "pad")
+    (32, 32)
+
+    Raises:
+        ShapeError: an invalid size under ``"strict"``, naming the nearest valid sizes per axis.
+    """
+    spatial = tuple(int(s) for s in spatial)
+    invalid = [a for a, (s, rule) in enumerate(zip(spatial, rules)) if not rule.is_valid(s)]
+    if invalid and policy == "strict":
+        hints = []
+        for axis in invalid:
+            rule, s = rules[axis], spatial[axis]
+            below = rule.below(s)
+            hints.append(f"axis {axis}: {s} -> " + (f"{below} or " if below else "") + f"{rule.above(s)}")
+        described = ", ".join(r.describe() for r in rules)
+        raise ShapeError(
+            f"input size {spatial} is not valid (per axis: {described}; input_policy='strict'); nearest valid "
+            f"sizes: {'; '.join(hints)}; pad/crop the input or use input_policy='pad'"
+        )
+    return tuple(rule.above(s) for s, rule in zip(spatial, rules))

@@ -13,17 +13,16 @@ from torch import nn
 from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError, did_you_mean
 from upzoo.layers import check_input_shape, crop_start, pad_end
-from upzoo.models.sizes import AxisRule
-from upzoo.models.unet import InputPolicy, per_stage
-from upzoo.registry import block_options, create_upsampler
-from upzoo.runtime import warnings_at_caller
-from upzoo.upsamplers.guides import guide_options, upsample
+from upzoo.models.sizes import AxisRule, InputPolicy, check_input_policy, policy_size
+from upzoo.models.stage_blocks import stage_block
+from upzoo.models.unet import per_stage
+from upzoo.registry import block_options
+from upzoo.upsamplers.guides import upsample
 
 __all__ = [
     "smp_unet",
     "UpsamplerUnetDecoderBlock",
     "padded_smp_class",
-    "check_input_policy",
     "check_smp_kwargs",
     "refuse_download",
 ]
@@ -98,11 +97,8 @@ def smp_unet(
     for i, (block, name) in enumerate(zip(blocks, names)):
         skip = _skip_channels(model, i)
         channels = block.conv1[0].in_channels - skip
-        guide = guide_options(name, skip, f"smp_unet decoder block {i}")
-        with warnings_at_caller(f"smp_unet decoder block {i} (upsampler_options): "):
-            up = create_upsampler(
-                name, spatial_dims=2, in_channels=channels, out_channels=channels, scale=2, **guide, **options
-            )
+        up = stage_block(name, options, where=f"smp_unet decoder block {i}", in_channels=channels,
+                         out_channels=channels, scale=2, guide_channels=skip)  # fmt: skip
         blocks[i] = UpsamplerUnetDecoderBlock(block, up)
     return model
 
@@ -133,15 +129,9 @@ def padded_smp_class(name: str) -> type[nn.Module]:
             rule, spatial = self.size_rules[0], tuple(x.shape[2:])
             if torch.compiler.is_compiling():
                 return crop_start(super().forward(pad_end(x, [rule.padding(s) for s in spatial])), spatial)
-            padding = [rule.above(s) - s for s in spatial]
+            padding = [n - s for n, s in zip(policy_size(spatial, self.size_rules, self.input_policy), spatial)]
             if not any(padding):
                 return super().forward(x)
-            if self.input_policy == "strict":
-                hints = "; ".join(f"axis {a}: {s} -> {rule.above(s)}" for a, s in enumerate(spatial) if padding[a])
-                raise ShapeError(
-                    f"input size {spatial} is not valid ({rule.describe()} per axis; input_policy='strict'); "
-                    f"nearest valid sizes: {hints}; pad/crop the input or use input_policy='pad'"
-                )
             return crop_start(super().forward(pad_end(x, padding)), spatial)
 
         def __reduce_ex__(self, protocol: int):
@@ -222,12 +212,6 @@ def check_encoder_name(encoder_name: Any, owner: str) -> None:
         f"{owner}: unknown encoder {encoder_name!r}{did_you_mean(str(encoder_name), get_encoder_names())}; "
         f"smp's encoders are listed by segmentation_models_pytorch.encoders.get_encoder_names(), timm's as 'tu-NAME'"
     )
-
-
-def check_input_policy(input_policy: Any) -> None:
-    """Raise ``ConfigError`` unless ``input_policy`` is ``"pad"`` or ``"strict"``."""
-    if input_policy not in ("pad", "strict"):
-        raise ConfigError(f"input_policy must be 'pad' or 'strict', got {input_policy!r}")
 
 
 def check_smp_kwargs(smp_name: str, encoder_name: str, kwargs: dict[str, Any], owner: str) -> None:

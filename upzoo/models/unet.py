@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -15,14 +15,13 @@ from upzoo.layers import check_input_shape, conv_nd, crop_start, pad_end
 from upzoo.models.blocks import DoubleConv
 from upzoo.models.checkpointing import checkpointed
 from upzoo.models.encoders import Encoder, create_encoder, stage_scales
-from upzoo.models.sizes import AxisRule, find_axis_rule
-from upzoo.registry import block_options, create_upsampler
-from upzoo.runtime import warnings_at_caller
-from upzoo.upsamplers.guides import guide_options, upsample
+from upzoo.models.sizes import AxisRule, InputPolicy, check_input_policy, find_axis_rule, policy_size
+from upzoo.models.stage_blocks import post_filter_block, stage_block
+from upzoo.registry import block_options
+from upzoo.upsamplers.guides import upsample
 
 __all__ = ["UNet", "DecoderStage"]
 
-InputPolicy = Literal["pad", "strict"]
 SMP_DECODER_CHANNELS = (256, 128, 64, 32, 16)
 
 
@@ -49,15 +48,9 @@ class DecoderStage(nn.Module):
         name: str = "decoder stage",
     ) -> None:
         super().__init__()
-        self.upsample = create_upsampler(
-            upsampler,
-            spatial_dims=spatial_dims,
-            in_channels=in_channels,
-            out_channels=in_channels,
-            scale=scale,
-            **guide_options(upsampler, skip_channels, name),
-            **upsampler_options,
-        )
+        self.upsample = stage_block(upsampler, upsampler_options, where=name, in_channels=in_channels,
+                                    out_channels=in_channels, scale=scale, guide_channels=skip_channels,
+                                    spatial_dims=spatial_dims, exact=False)  # fmt: skip
         self.conv = DoubleConv(spatial_dims, in_channels + skip_channels, out_channels, norm=norm, act=act)
 
     def forward(self, x: torch.Tensor, skip: torch.Tensor | None = None) -> torch.Tensor:
@@ -97,8 +90,7 @@ def _check_arguments(
             raise ConfigError(f"UNet {key} is an empty list; give one width per stage, or None for the default")
         for i, value in enumerate(values or ()):
             check_positive_int(value, f"{key}[{i}]")
-    if input_policy not in ("pad", "strict"):
-        raise ConfigError(f"input_policy must be 'pad' or 'strict', got {input_policy!r}")
+    check_input_policy(input_policy)
 
 
 class UNet(nn.Module):
@@ -190,12 +182,8 @@ class UNet(nn.Module):
             if deep_supervision
             else None
         )
-        self.post_filter = (
-            create_upsampler(post_filter, spatial_dims=spatial_dims, in_channels=num_classes,
-                             out_channels=num_classes, scale=1, **(post_filter_options or {}))
-            if post_filter
-            else None
-        )  # fmt: skip
+        self.post_filter = post_filter_block(post_filter, post_filter_options, channels=num_classes,
+                                             spatial_dims=spatial_dims, where="UNet post_filter")  # fmt: skip
         self.size_rules: tuple[AxisRule, ...] = tuple(self._axis_rule(a) for a in range(spatial_dims))
 
     def _build_decoder(self, encoder, upsampler, upsampler_options, decoder_channels, norm, act) -> list[int]:
@@ -223,21 +211,8 @@ class UNet(nn.Module):
         ins = [self.encoder.channels[-1]] + list(decoder_channels[:-1])
         stages = []
         for index, (i, s, o, sc, name, opt) in enumerate(zip(ins, skips, decoder_channels, scales, names, options)):
-            with warnings_at_caller(f"UNet decoder stage {index} (upsampler_options): ", stacklevel=4):
-                stages.append(
-                    DecoderStage(
-                        spatial_dims,
-                        i,
-                        s,
-                        o,
-                        scale=sc,
-                        upsampler=name,
-                        upsampler_options=opt,
-                        norm=norm,
-                        act=act,
-                        name=f"UNet decoder stage {index}",
-                    )
-                )
+            stages.append(DecoderStage(spatial_dims, i, s, o, scale=sc, upsampler=name, upsampler_options=opt,
+                                       norm=norm, act=act, name=f"UNet decoder stage {index}"))  # fmt: skip
         self.decoder = nn.ModuleList(stages)
         return list(decoder_channels)
 
@@ -288,22 +263,7 @@ class UNet(nn.Module):
         Raises:
             ShapeError: an invalid size under ``input_policy='strict'``, naming the nearest valid sizes.
         """
-        spatial = tuple(int(s) for s in spatial)
-        invalid = [a for a, (s, rule) in enumerate(zip(spatial, self.size_rules)) if not rule.is_valid(s)]
-        if not invalid:
-            return spatial
-        if self.input_policy == "strict":
-            hints = []
-            for axis in invalid:
-                rule, s = self.size_rules[axis], spatial[axis]
-                below = rule.below(s)
-                hints.append(f"axis {axis}: {s} -> " + (f"{below} or " if below else "") + f"{rule.above(s)}")
-            rules = ", ".join(r.describe() for r in self.size_rules)
-            raise ShapeError(
-                f"input size {spatial} is not valid (per axis: {rules}; input_policy='strict'); nearest valid "
-                f"sizes: {'; '.join(hints)}; pad/crop the input or use input_policy='pad'"
-            )
-        return tuple(rule.above(s) for s, rule in zip(spatial, self.size_rules))
+        return policy_size(tuple(spatial), self.size_rules, self.input_policy)
 
     # -- forward -----------------------------------------------------------------------------------
     def _run(self, module: nn.Module, *args: torch.Tensor | None):

@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
+from pathlib import Path
 
 __all__ = ["warnings_at_caller"]
 
+_PACKAGE = str(Path(__file__).resolve().parents[1])  # the upzoo package folder
+
+
+def _first_frame_outside_upzoo() -> int:
+    """The ``stacklevel`` (counted from this function's caller) of the nearest frame whose code is
+    not upzoo's: the user's call, however deep inside upzoo the warning was noticed."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
 
 class warnings_at_caller:  # noqa: N801 - used as a context manager, like contextlib's
-    """Re-emit the warnings raised inside the block, prefixed, at the caller of the function that
-    holds the ``with`` — so a warning points at the user's own call (``UNet(...)``,
-    ``create_upsampler(...)``), not at upzoo's internals."""
+    """Re-emit the warnings raised inside the block, prefixed, at the nearest frame outside upzoo —
+    so a warning points at the user's own call (``UNet(...)``, ``create_upsampler(...)``), not at
+    upzoo's internals, at any depth of nesting (an outer block's prefix is not added twice)."""
 
-    def __init__(self, prefix: str = "", stacklevel: int = 3) -> None:
-        self.prefix, self.stacklevel = prefix, stacklevel
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
 
     def __enter__(self) -> warnings_at_caller:
         self._catcher = warnings.catch_warnings(record=True)
@@ -26,4 +39,4 @@ class warnings_at_caller:  # noqa: N801 - used as a context manager, like contex
         for caught in self._caught:
             text = str(caught.message)
             message = text if text.startswith(self.prefix) else self.prefix + text
-            warnings.warn(message, caught.category, stacklevel=self.stacklevel)
+            warnings.warn(message, caught.category, stacklevel=_first_frame_outside_upzoo())
