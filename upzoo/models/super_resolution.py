@@ -20,9 +20,8 @@ from torch import nn
 from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError
 from upzoo.layers import check_input_shape
-from upzoo.registry import block_options, create_upsampler
-from upzoo.runtime import warnings_at_caller
-from upzoo.upsamplers.guides import guide_options
+from upzoo.models.stage_blocks import stage_block
+from upzoo.registry import block_options
 
 __all__ = ["ESPCN", "EDSR", "RRDBNet", "SRDiscriminator", "SR_SCALES", "tail_factors", "build_tail"]
 
@@ -56,16 +55,11 @@ def build_tail(
     """One block per factor (``channels`` -> ``channels``, the last -> ``out_channels``), each
     followed by ``activation`` where given."""
     options = block_options(options, owner)
-    guide_options(upsampler, 0, owner)  # no high-resolution feature exists to guide the tail
     layers: list[nn.Module] = []
-    for i, factor in enumerate(factors):
+    for i, factor in enumerate(factors):  # no high-resolution feature exists to guide the tail: guide_channels=0
         c_out = out_channels if i == len(factors) - 1 else channels
-        with warnings_at_caller(f"{owner} tail block {i}: "):
-            layers.append(
-                create_upsampler(
-                    upsampler, spatial_dims=2, in_channels=channels, out_channels=c_out, scale=factor, **options
-                )
-            )
+        layers.append(stage_block(upsampler, options, where=f"{owner} tail block {i}", in_channels=channels,
+                                  out_channels=c_out, scale=factor))  # fmt: skip
         if activation is not None:
             layers.append(activation)
     return nn.Sequential(*layers)
