@@ -4,7 +4,8 @@ mm); image checkerboard; and the generative metrics — radial power spectrum, s
 decay, sliced Wasserstein distance, KID and FD on any feature extractor, and ``RealImages``, which
 holds a real set's statistics for them all; PSNR and SSIM with the super-resolution conventions.
 Each comes as a function and, where it streams, a class built on :class:`StreamingMetric` (declared
-states, ``reset``, ``sync`` across DDP ranks)."""
+states, ``reset``, ``sync`` across DDP ranks). Functions that return several values return named
+tuples (:mod:`upzoo.metrics.results`: read by name, unpack as before)."""
 
 from upzoo.metrics.boundary import BoundaryFScore, BoundaryIoU, boundary_fscore, boundary_iou
 from upzoo.metrics.checkerboard import image_checkerboard
@@ -28,6 +29,14 @@ from upzoo.metrics.feature_distance import (
 )
 from upzoo.metrics.generative import GenerativeReport, RealImages
 from upzoo.metrics.image_quality import ImageQuality, psnr, psnr_ssim, rgb_to_y, ssim
+from upzoo.metrics.results import (
+    ClassScores,
+    FrameScores,
+    ImageScores,
+    KernelDistance,
+    SpectralError,
+    SurfaceScores,
+)
 from upzoo.metrics.spectrum import (
     RadialSpectrum,
     SpectralDecay,
@@ -44,6 +53,12 @@ from upzoo.metrics.swd import SlicedWasserstein, swd
 
 __all__ = [
     "StreamingMetric",
+    "ClassScores",
+    "FrameScores",
+    "SurfaceScores",
+    "ImageScores",
+    "KernelDistance",
+    "SpectralError",
     "ConfusionMatrix",
     "confusion_matrix",
     "dice_from_confusion",

@@ -26,6 +26,7 @@ import torch
 from upzoo.checks import check_number
 from upzoo.errors import ShapeError
 from upzoo.metrics.confusion import as_labels, check_label_values, check_num_classes
+from upzoo.metrics.results import ClassScores
 from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = ["boundary_bands", "boundary_iou", "BoundaryIoU", "boundary_fscore", "BoundaryFScore"]
@@ -124,13 +125,13 @@ def boundary_iou(
     *,
     ignore_index: int | None = 255,
     dilation_ratio: float = 0.02,
-) -> tuple[float, torch.Tensor]:
+) -> ClassScores:
     """Mean Boundary IoU and the per-class values (``NaN`` for classes absent from both) of label
     maps ``(H, W)`` or ``(B, H, W)``."""
     acc = BoundaryIoU(num_classes, ignore_index, dilation_ratio=dilation_ratio)
     acc.update(pred, target)
     result = acc.compute()
-    return result["boundary_iou"], torch.tensor(result["per_class_boundary_iou"], dtype=torch.float64)
+    return ClassScores(result["boundary_iou"], torch.tensor(result["per_class_boundary_iou"], dtype=torch.float64))
 
 
 # -- boundary F-score -------------------------------------------------------------------------------
@@ -233,7 +234,7 @@ class BoundaryFScore(StreamingMetric):
 
 def boundary_fscore(
     pred: torch.Tensor, target: torch.Tensor, num_classes: int, *, ignore_index: int | None = 255, tolerance=2.0
-) -> tuple[float, torch.Tensor]:
+) -> ClassScores:
     """Mean boundary F-score and the per-class values (float64) of label maps ``(H, W)`` or
     ``(B, H, W)``: contours of both sides of every label change, a fixed Euclidean ``tolerance`` in
     pixels, counts summed over the dataset. For DAVIS's definition (one-sided boundary, a tolerance
@@ -241,4 +242,6 @@ def boundary_fscore(
     acc = BoundaryFScore(num_classes, ignore_index, tolerance=tolerance)
     acc.update(pred, target)
     result = acc.compute()
-    return result["boundary_fscore"], torch.tensor(result["per_class_boundary_fscore"], dtype=torch.float64)
+    return ClassScores(
+        result["boundary_fscore"], torch.tensor(result["per_class_boundary_fscore"], dtype=torch.float64)
+    )

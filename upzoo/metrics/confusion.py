@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from upzoo.errors import ConfigError, ShapeError
+from upzoo.metrics.results import ClassScores
 from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = [
@@ -141,9 +142,7 @@ def _nanmean(values: torch.Tensor) -> float:
     return float(valid.mean()) if valid.numel() else math.nan
 
 
-def mean_iou(
-    pred: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None = 255
-) -> tuple[float, torch.Tensor]:
+def mean_iou(pred: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None = 255) -> ClassScores:
     """``(mIoU, per-class IoU)`` over all pixels of ``pred``/``target`` (see the module's conventions).
 
     >>> miou, per_class = mean_iou(torch.tensor([0, 1, 1]), torch.tensor([0, 1, 255]), num_classes=3)
@@ -151,7 +150,7 @@ def mean_iou(
     (1.0, [1.0, 1.0, nan])
     """
     iou = iou_from_confusion(confusion_matrix(pred, target, num_classes, ignore_index))
-    return _nanmean(iou), iou
+    return ClassScores(_nanmean(iou), iou)
 
 
 class ConfusionMatrix(StreamingMetric):

@@ -24,6 +24,7 @@ import torch
 
 from upzoo.errors import ShapeError
 from upzoo.metrics.confusion import as_labels, check_num_classes
+from upzoo.metrics.results import FrameScores
 
 __all__ = ["davis_fmeasure", "davis_boundary_map"]
 
@@ -57,7 +58,7 @@ def _f(pred: np.ndarray, target: np.ndarray, radius: float) -> float:
 
 def davis_fmeasure(
     pred, target, num_classes: int, *, bound_th: float = 0.008, ignore_index: int | None = 255
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> FrameScores:
     """``(per-class F averaged over the frames (K,), per-frame F (N, K))``, float64, of label maps
     ``(H, W)`` or ``(N, H, W)`` by DAVIS's definition (see the module).
 
@@ -78,4 +79,4 @@ def davis_fmeasure(
         for c in range(num_classes):
             frames[n, c] = _f((p == c) & valid, (t == c) & valid, float(radius))
     per_frame = torch.from_numpy(frames)
-    return per_frame.mean(dim=0), per_frame
+    return FrameScores(per_frame.mean(dim=0), per_frame)

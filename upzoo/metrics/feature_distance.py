@@ -28,6 +28,7 @@ from torch import nn
 
 from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, DataError, ShapeError
+from upzoo.metrics.results import KernelDistance
 from upzoo.metrics.spectrum import as_unit_images
 from upzoo.metrics.streaming import StreamingMetric
 
@@ -230,7 +231,7 @@ _BLOCK = 1024
 
 def kernel_distance(
     real: torch.Tensor, generated: torch.Tensor, subsets: int = 100, subset_size: int = 1000, seed: int = 0
-) -> tuple[float, float]:
+) -> KernelDistance:
     """KID: mean and std over ``subsets`` random subsets of ``subset_size`` of each set (drawn as
     torchmetrics' loop draws them, from one seeded stream): kernel products and per-block sums in
     float32, accumulated in float64.
@@ -260,7 +261,7 @@ def kernel_distance(
     yy = _subset_sums(generated, generated, picks[1], picks[1], symmetric=True)
     xy = _subset_sums(real, generated, picks[0], picks[1], symmetric=False)  # also when both are one tensor
     values = (xx + yy) / (m * (m - 1)) - 2 * xy / m**2
-    return float(values.mean()), float(values.std(correction=0)) if subsets > 1 else 0.0
+    return KernelDistance(float(values.mean()), float(values.std(correction=0)) if subsets > 1 else 0.0)
 
 
 class FeatureDistances(StreamingMetric):

@@ -17,6 +17,7 @@ import torch
 
 from upzoo.checks import check_finite, check_positive_int
 from upzoo.errors import ConfigError, ShapeError
+from upzoo.metrics.results import ImageScores
 from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = ["rgb_to_y", "psnr", "ssim", "psnr_ssim", "ImageQuality"]
@@ -135,14 +136,14 @@ def ssim(output: torch.Tensor, target: torch.Tensor, *, crop_border: int = 0, y_
 
 def psnr_ssim(
     output: torch.Tensor, target: torch.Tensor, *, crop_border: int = 0, y_channel: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> ImageScores:
     """:func:`psnr` and :func:`ssim` at once, the images checked, cropped and converted once.
 
     Raises:
         ShapeError: as :func:`psnr`.
     """
     a, b = _prepared(output, target, crop_border, y_channel)
-    return _psnr(a, b).to(output.device), _ssim(a, b).to(output.device)
+    return ImageScores(_psnr(a, b).to(output.device), _ssim(a, b).to(output.device))
 
 
 class ImageQuality(StreamingMetric):

@@ -39,6 +39,7 @@ import torch
 
 from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError
+from upzoo.metrics.results import SpectralError
 from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = [
@@ -256,7 +257,7 @@ def _relative_error(generated: np.ndarray, real: np.ndarray) -> np.ndarray:
     return generated / real - 1
 
 
-def spectral_error(generated: np.ndarray, real: np.ndarray) -> tuple[np.ndarray, float]:
+def spectral_error(generated: np.ndarray, real: np.ndarray) -> SpectralError:
     """``e(r) = S_gen(r) / S_real(r) - 1`` per ring, and the mean ``|e|`` over the upper half of the
     frequencies both axes measure, ``N / 4 < r <= N / 2`` (Schwarz et al. 2021; see the module).
 
@@ -267,10 +268,10 @@ def spectral_error(generated: np.ndarray, real: np.ndarray) -> tuple[np.ndarray,
     error = _relative_error(generated, real)
     radii, nyquist = np.arange(len(error)), _nyquist(error)
     upper = (radii > nyquist / 2) & (radii <= nyquist)
-    return error, float(np.abs(error[upper]).mean())
+    return SpectralError(error, float(np.abs(error[upper]).mean()))
 
 
-def image_spectral_error(generated: torch.Tensor, real: torch.Tensor) -> tuple[np.ndarray, float]:
+def image_spectral_error(generated: torch.Tensor, real: torch.Tensor) -> SpectralError:
     """:func:`spectral_error` of two sets of images ``(N, C, H, W)`` (square, uint8 or float in
     [0, 1]): their radial power spectra (:func:`radial_power_spectrum`) compared ring by ring.
     ``spectral_error`` itself takes the spectra.

@@ -26,6 +26,7 @@ import torch
 from upzoo.checks import check_spacing
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.metrics.confusion import check_num_classes
+from upzoo.metrics.results import SurfaceScores
 from upzoo.metrics.streaming import StreamingMetric
 
 __all__ = ["surface_distances", "surface_metrics", "hausdorff95", "surface_dice", "SurfaceMetrics"]
@@ -194,14 +195,12 @@ def _as_numpy(pred, target, spacing, num_classes: int) -> tuple[np.ndarray, np.n
     return pred, target, spacings
 
 
-def surface_metrics(
-    pred, target, num_classes: int, *, spacing: Sequence[float], tolerance_mm: float
-) -> tuple[torch.Tensor, torch.Tensor]:
+def surface_metrics(pred, target, num_classes: int, *, spacing: Sequence[float], tolerance_mm: float) -> SurfaceScores:
     """Per-class HD95 and surface Dice from one pass (see :func:`hausdorff95`, :func:`surface_dice`)."""
     _check_tolerance(tolerance_mm)
     nan = float("nan")
     both = _per_class(pred, target, num_classes, spacing, lambda d: (_hd95(d), _nsd(d, tolerance_mm)), (nan, nan))
-    return both[..., 0], both[..., 1]
+    return SurfaceScores(both[..., 0], both[..., 1])
 
 
 def hausdorff95(pred, target, num_classes: int, *, spacing: Sequence[float]) -> torch.Tensor:
