@@ -118,14 +118,35 @@ def test_the_console_script_runs_as_a_module():
     assert "Traceback" not in result.stderr
 
 
-def test_the_api_pages_show_sphinx_roles_as_the_code_they_name():
-    """mkdocstrings renders ``:func:`x``` as ``:func:<code>x</code>``; the site's hook drops the role."""
+def _docs_hooks():
     import importlib.util
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location("docs_hooks", Path(__file__).parents[1] / "tools" / "docs_hooks.py")
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
+    return hooks
+
+
+def test_the_api_site_check_names_every_public_name_without_an_entry():
+    """The docs build fails (``on_post_build``) when a public name has no entry on the API pages;
+    an entry is the name through any package that exports it, or through its defining module."""
+    import upzoo.metrics
+
+    hooks = _docs_hooks()
+    every = {f"{p}.{n}" for p in hooks.API_PACKAGES for n in getattr(__import__(p, fromlist=["x"]), "__all__", ())}
+    assert hooks.missing_api_entries(every) == []
+    assert hooks.missing_api_entries(every - {"upzoo.metrics.ring_frequencies"}) == ["upzoo.metrics.ring_frequencies"]
+    through_module = every - {"upzoo.metrics.swd"} | {"upzoo.metrics.sliced_wasserstein.swd"}
+    assert hooks.missing_api_entries(through_module) == [] and upzoo.metrics.swd.__module__.endswith("wasserstein")
+    unet_elsewhere = every - {"upzoo.UNet"}  # documented as upzoo.models.UNet
+    assert hooks.missing_api_entries(unet_elsewhere) == []
+    assert "upzoo.UNet" in hooks.missing_api_entries(unet_elsewhere - {"upzoo.models.UNet"})
+
+
+def test_the_api_pages_show_sphinx_roles_as_the_code_they_name():
+    """mkdocstrings renders ``:func:`x``` as ``:func:<code>x</code>``; the site's hook drops the role."""
+    hooks = _docs_hooks()
     html = "see :func:<code>hausdorff95</code>, :meth:<code>Predictor.predict</code> and a time 10:30:<code>x</code>"
     assert hooks.on_page_content(html) == (
         "see <code>hausdorff95</code>, <code>Predictor.predict</code> and a time 10:30:<code>x</code>"

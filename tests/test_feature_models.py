@@ -64,7 +64,7 @@ def test_a_copy_or_a_pickled_backbone_computes_with_its_own_weights(seg_run):
         image = torch.rand(1, 3, 32, 32)
         assert not torch.equal(clone(image), backbone(image))
         torch.testing.assert_close(pickle.loads(pickle.dumps(backbone))(image), backbone(image))
-    from upzoo.shapes.trace import trace
+    from upzoo.shapes.layer_table import trace
 
     probe = LinearProbe(num_classes=3, backbone=VIT, weights="random")
     assert trace(probe, (1, 3, 64, 64))[-1].output_shape == (1, 3, 64, 64)  # runs on the meta device

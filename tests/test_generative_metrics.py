@@ -20,6 +20,7 @@ from upzoo.metrics.feature_distance import (
     kernel_distance,
     module_features,
 )
+from upzoo.metrics.sliced_wasserstein import SlicedWasserstein, laplacian_pyramid, sliced_wasserstein
 from upzoo.metrics.spectrum import (
     RadialSpectrum,
     corner_error,
@@ -27,7 +28,6 @@ from upzoo.metrics.spectrum import (
     spectral_decay,
     spectral_error,
 )
-from upzoo.metrics.swd import SlicedWasserstein, laplacian_pyramid, sliced_wasserstein
 
 
 # -- spectrum -----------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def test_laplacian_pyramid_equals_the_reference_and_opencv():
 
 
 def test_sliced_wasserstein_equals_the_reference_for_the_same_descriptors_and_directions():
-    from upzoo.metrics.swd import _normalised
+    from upzoo.metrics.sliced_wasserstein import _normalised
 
     rng = np.random.default_rng(1)
     a, b = (rng.normal(size=(500, 3, 7, 7)).astype(np.float32) * s for s in (1.0, 1.3))

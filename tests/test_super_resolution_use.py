@@ -13,7 +13,7 @@ import torch
 
 from conftest import run_cli
 from upzoo.errors import ConfigError, DataError
-from upzoo.inference.upscale import read_unit_image, receptive_radius, upscale
+from upzoo.inference.tiled_upscaling import read_unit_image, receptive_radius, upscale
 from upzoo.models import EDSR, ESPCN, RRDBNet
 from upzoo.prepare import prepare
 from upzoo.recipe import parse_recipe

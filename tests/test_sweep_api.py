@@ -69,6 +69,7 @@ def _entries() -> list[tuple[str, Callable[..., Any], dict[str, Any], dict[str, 
     from upzoo.metrics.checkerboard import image_checkerboard
     from upzoo.metrics.feature_distance import FeatureDistances, frechet_distance, kernel_distance, module_features
     from upzoo.metrics.generative import RealImages
+    from upzoo.metrics.sliced_wasserstein import SlicedWasserstein, swd
     from upzoo.metrics.spectrum import (
         corner_error,
         image_spectral_error,
@@ -77,7 +78,6 @@ def _entries() -> list[tuple[str, Callable[..., Any], dict[str, Any], dict[str, 
         spectral_error,
     )
     from upzoo.metrics.surface import SurfaceMetrics
-    from upzoo.metrics.swd import SlicedWasserstein, swd
     from upzoo.models import plan_strides
     from upzoo.windows import gaussian_importance, sliding_window_inference
 

@@ -1,6 +1,6 @@
 """Speed of the generative metrics on two sets of 64x64 RGB images (issue: generators that learn):
 
-- SWD (upzoo.metrics.swd) against the NumPy port of the reference code in
+- SWD (upzoo.metrics.sliced_wasserstein) against the NumPy port of the reference code in
   tests/test_generative_metrics.py (Karras et al.'s definition: SciPy pyramid, fancy-index patches,
   NumPy sorts along the patch axis), both with 128 patches per image, 4 x 128 directions;
 - KID on given 2048-d features: upzoo.metrics.feature_distance.kernel_distance against torchmetrics'
@@ -33,8 +33,8 @@ from test_generative_metrics import (  # noqa: E402
 )
 
 from upzoo.metrics.feature_distance import kernel_distance  # noqa: E402
+from upzoo.metrics.sliced_wasserstein import SlicedWasserstein  # noqa: E402
 from upzoo.metrics.spectrum import radial_power_spectrum, spectral_error  # noqa: E402
-from upzoo.metrics.swd import SlicedWasserstein  # noqa: E402
 
 
 def numpy_swd(a: np.ndarray, b: np.ndarray, batch: int = 500) -> list[float]:

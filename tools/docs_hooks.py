@@ -5,7 +5,9 @@ site is built, so that they cannot drift from it:
 - ``<!-- upzoo-cli -->``: every ``upzoo`` command, from the click definitions (as ``--help``);
 - ``<!-- upzoo-recipe-schema -->``: every recipe section and key with its type and default, from
   the recipe's JSON Schema;
-- every page: the docstrings' Sphinx roles (``:func:`x```) shown as the code they name.
+- every page: the docstrings' Sphinx roles (``:func:`x```) shown as the code they name;
+- after the build: every public name (the ``__all__`` of ``upzoo`` and of its documented
+  packages) has an entry on the API pages, or the build fails naming the ones without.
 """
 
 from __future__ import annotations
@@ -32,10 +34,44 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
 SPHINX_ROLE = re.compile(r":(?:func|meth|class|data|mod|attr|exc|obj):(<code>)")
 
 
-def on_page_content(html: str, **_: Any) -> str:
+#: The packages whose ``__all__`` the API pages document.
+API_PACKAGES = ("upzoo", "upzoo.upsamplers", "upzoo.metrics", "upzoo.models", "upzoo.inference", "upzoo.runs",
+                "upzoo.shapes", "upzoo.filters", "upzoo.errors")  # fmt: skip
+API_IDS: set[str] = set()  # the heading ids of the API pages built so far
+
+
+def on_page_content(html: str, page: Any = None, **_: Any) -> str:
     """The API pages without the raw Sphinx roles of the docstrings (``:func:`hausdorff95``` reads
-    as the code ``hausdorff95``)."""
+    as the code ``hausdorff95``); their entries' ids are kept for :func:`on_post_build`."""
+    if page is not None and page.file.src_uri.startswith("reference/api/"):
+        API_IDS.update(re.findall(r'id="(upzoo[\w.]*)"', html))
     return SPHINX_ROLE.sub(r"\1", html)
+
+
+def missing_api_entries(ids: set[str]) -> list[str]:
+    """The public names without an entry among the API pages' heading ``ids`` (an entry is its
+    path through the package that exports it, or through the module that defines it)."""
+    import importlib
+
+    modules = {package: importlib.import_module(package) for package in API_PACKAGES}
+    missing = []
+    for package, module in modules.items():
+        for name in getattr(module, "__all__", ()):
+            value = getattr(module, name)
+            paths = {f"{getattr(value, '__module__', package)}.{getattr(value, '__qualname__', name)}"}
+            paths |= {f"{other}.{name}" for other, m in modules.items() if getattr(m, name, None) is value}
+            if not paths & ids:
+                missing.append(f"{package}.{name}")
+    return missing
+
+
+def on_post_build(**_: Any) -> None:
+    """Fail the build when a public name has no entry on the API pages."""
+    from mkdocs.exceptions import PluginError
+
+    missing = missing_api_entries(API_IDS)
+    if missing:
+        raise PluginError(f"{len(missing)} public name(s) without an API entry: {', '.join(missing)}")
 
 
 def readme_page() -> str:

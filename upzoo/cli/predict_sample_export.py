@@ -144,7 +144,7 @@ def _report_failed(summary: dict) -> None:
 
 def _upscale(loaded, inputs, out_dir, tile, device, amp, overwrite, keep_going, no_progress, as_json, given) -> None:
     """``upzoo predict`` on a super-resolution run."""
-    from upzoo.inference.upscale_files import upscale_files
+    from upzoo.inference.file_upscaling import upscale_files
 
     for option, used in given.items():
         if used:

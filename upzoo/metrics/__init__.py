@@ -37,6 +37,7 @@ from upzoo.metrics.results import (
     SpectralError,
     SurfaceScores,
 )
+from upzoo.metrics.sliced_wasserstein import SlicedWasserstein, swd
 from upzoo.metrics.spectrum import (
     RadialSpectrum,
     SpectralDecay,
@@ -49,7 +50,6 @@ from upzoo.metrics.spectrum import (
 )
 from upzoo.metrics.streaming import StreamingMetric
 from upzoo.metrics.surface import SurfaceMetrics, hausdorff95, surface_dice, surface_distances, surface_metrics
-from upzoo.metrics.swd import SlicedWasserstein, swd
 
 __all__ = [
     "StreamingMetric",

@@ -1,5 +1,5 @@
 """Everything a generated set is measured by against a real one, in one place: SWD per pyramid level
-(:mod:`~upzoo.metrics.swd`), the spectral error and the high-frequency decay of both sets
+(:mod:`~upzoo.metrics.sliced_wasserstein`), the spectral error and the high-frequency decay of both sets
 (:mod:`~upzoo.metrics.spectrum`), KID and the Fréchet distance when a feature extractor is given
 (:mod:`~upzoo.metrics.feature_distance`), and the checkerboard score. The real set is read once;
 any number of generated sets (e.g. one per evaluation step) are compared with it."""
@@ -16,6 +16,7 @@ import torch
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.metrics.checkerboard import image_checkerboard
 from upzoo.metrics.feature_distance import FeatureDistances, FeatureExtractor, check_extractor, check_kid_options
+from upzoo.metrics.sliced_wasserstein import SlicedWasserstein, check_swd_options
 from upzoo.metrics.spectrum import (
     as_unit_images,
     corner_error,
@@ -23,7 +24,6 @@ from upzoo.metrics.spectrum import (
     spectral_decay,
     spectral_error,
 )
-from upzoo.metrics.swd import SlicedWasserstein, check_swd_options
 
 __all__ = ["GenerativeReport", "RealImages", "NO_FEATURES"]
 

@@ -17,8 +17,8 @@ from upzoo.validation import positional_deprecated
 
 __all__ = ["DCGANGenerator", "DCGANDiscriminator", "DCGAN_TRANSPOSED_OPTIONS"]
 
-#: Options that make the ``transposed`` block the classic DCGAN stage: kernel 4, stride 2, padding 1.
 DCGAN_TRANSPOSED_OPTIONS: dict[str, Any] = {"kernel_size": 4, "padding": 1}
+"""Options that make the ``transposed`` block the classic DCGAN stage: kernel 4, stride 2, padding 1."""
 
 
 def _stages(resolution: int) -> int:

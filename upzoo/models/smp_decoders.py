@@ -256,42 +256,106 @@ def _build(kind: str, encoder_name: str, upsampler: Any, upsampler_options: Any,
     return model
 
 
-def _documented(kind: str, smp_name: str):
-    points = ", ".join(f"``{p.point}``" for p in DECODER_POINTS[kind])
+Upsampler = str | Sequence[str | None] | dict[str, str] | None
 
-    def builder(
-        encoder_name: str = "resnet34",
-        *,
-        upsampler: str | Sequence[str | None] | dict[str, str] | None = None,
-        upsampler_options: dict[str, Any] | None = None,
-        num_classes: int = 1,
-        in_channels: int = 3,
-        input_policy: str = "pad",
-        classes: int | None = None,
-        **smp_kwargs: Any,
-    ) -> nn.Module:
-        count = smp_num_classes(num_classes, classes, kind)
-        return _build(kind, encoder_name, upsampler, upsampler_options, count, in_channels, input_policy, smp_kwargs)
 
-    builder.__name__ = builder.__qualname__ = kind
-    builder.__doc__ = f"""smp's ``{smp_name}`` with a registered block at each upsampling point ({points}).
+def smp_fpn(
+    encoder_name: str = "resnet34",
+    *,
+    upsampler: Upsampler = None,
+    upsampler_options: dict[str, Any] | None = None,
+    num_classes: int = 1,
+    in_channels: int = 3,
+    input_policy: str = "pad",
+    classes: int | None = None,
+    **smp_kwargs: Any,
+) -> nn.Module:
+    """smp's ``FPN`` with a registered block at each upsampling point (``top_down``, ``branch``,
+    ``head``; see :data:`DECODER_POINTS`).
 
-    ``upsampler``: one block name for every point but ``head`` (the logits' x4 resize, kept bilinear
-    as in the upsampler papers), a list with one name per point, or a mapping point -> name; a point
-    left out (or None) keeps smp's resize there. ``upsampler_options``: one mapping for every named
-    point, or a mapping point -> options. ``num_classes`` is smp's ``classes`` (which still
-    works for a release, with a ``FutureWarning``); ``in_channels`` and any other keyword are smp's;
-    ``encoder_weights`` must stay None (nothing is downloaded). ``input_policy``: ``"pad"`` any input
-    size (padded to a multiple of the encoder's output stride, cropped back) or ``"strict"``.
+    Args:
+        encoder_name: smp's encoder.
+        upsampler: one block name for every point but ``head`` (the logits' x4 resize, kept bilinear
+            as in the upsampler papers), a list with one name per point, or a mapping point -> name;
+            a point left out (or None) keeps smp's resize there.
+        upsampler_options: one mapping for every named point, or a mapping point -> options.
+        num_classes: the output channels (smp's ``classes``).
+        in_channels: the image channels.
+        input_policy: ``"pad"`` any input size (padded to a multiple of the encoder's output stride,
+            cropped back) or ``"strict"``.
+        classes: smp's name of ``num_classes`` (works for a release, with a ``FutureWarning``).
+        **smp_kwargs: any other keyword of smp's model; ``encoder_weights`` must stay None (nothing
+            is downloaded).
 
     Raises:
         ConfigError: an unknown point or block, a guided block at ``head``, a block whose output is
             not exactly input x scale, ``encoder_weights``, ``upsampling``.
     """
-    return builder
+    count = smp_num_classes(num_classes, classes, "smp_fpn")
+    return _build("smp_fpn", encoder_name, upsampler, upsampler_options, count, in_channels, input_policy, smp_kwargs)
 
 
-smp_fpn = _documented("smp_fpn", "FPN")
-smp_upernet = _documented("smp_upernet", "UPerNet")
-smp_segformer = _documented("smp_segformer", "Segformer")
-smp_deeplabv3plus = _documented("smp_deeplabv3plus", "DeepLabV3Plus")
+def smp_upernet(
+    encoder_name: str = "resnet34",
+    *,
+    upsampler: Upsampler = None,
+    upsampler_options: dict[str, Any] | None = None,
+    num_classes: int = 1,
+    in_channels: int = 3,
+    input_policy: str = "pad",
+    classes: int | None = None,
+    **smp_kwargs: Any,
+) -> nn.Module:
+    """smp's ``UPerNet`` with a registered block at each upsampling point (``fpn``, ``fuse``,
+    ``head``); the arguments are :func:`smp_fpn`'s.
+
+    Raises:
+        ConfigError: as :func:`smp_fpn`.
+    """
+    count = smp_num_classes(num_classes, classes, "smp_upernet")
+    return _build("smp_upernet", encoder_name, upsampler, upsampler_options, count, in_channels, input_policy,
+                  smp_kwargs)  # fmt: skip
+
+
+def smp_segformer(
+    encoder_name: str = "resnet34",
+    *,
+    upsampler: Upsampler = None,
+    upsampler_options: dict[str, Any] | None = None,
+    num_classes: int = 1,
+    in_channels: int = 3,
+    input_policy: str = "pad",
+    classes: int | None = None,
+    **smp_kwargs: Any,
+) -> nn.Module:
+    """smp's ``Segformer`` with a registered block at each upsampling point (``stages``, ``head``);
+    the arguments are :func:`smp_fpn`'s.
+
+    Raises:
+        ConfigError: as :func:`smp_fpn`.
+    """
+    count = smp_num_classes(num_classes, classes, "smp_segformer")
+    return _build("smp_segformer", encoder_name, upsampler, upsampler_options, count, in_channels, input_policy,
+                  smp_kwargs)  # fmt: skip
+
+
+def smp_deeplabv3plus(
+    encoder_name: str = "resnet34",
+    *,
+    upsampler: Upsampler = None,
+    upsampler_options: dict[str, Any] | None = None,
+    num_classes: int = 1,
+    in_channels: int = 3,
+    input_policy: str = "pad",
+    classes: int | None = None,
+    **smp_kwargs: Any,
+) -> nn.Module:
+    """smp's ``DeepLabV3Plus`` with a registered block at each upsampling point (``aspp``,
+    ``head``); the arguments are :func:`smp_fpn`'s.
+
+    Raises:
+        ConfigError: as :func:`smp_fpn`.
+    """
+    count = smp_num_classes(num_classes, classes, "smp_deeplabv3plus")
+    return _build("smp_deeplabv3plus", encoder_name, upsampler, upsampler_options, count, in_channels,
+                  input_policy, smp_kwargs)  # fmt: skip

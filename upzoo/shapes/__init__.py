@@ -1,6 +1,7 @@
 """Shape tools: exact per-layer rules, per-layer traces on the meta device, the valid-input-size
 solver and the transposed-convolution parameter solver."""
 
+from upzoo.shapes.layer_table import TraceRow, trace
 from upzoo.shapes.rules import (
     conv_output_size,
     conv_transpose_output_size,
@@ -10,7 +11,6 @@ from upzoo.shapes.rules import (
     pool_output_size,
 )
 from upzoo.shapes.solver import AxisCheck, AxisRule, ShapeSolver
-from upzoo.shapes.trace import TraceRow, trace
 from upzoo.shapes.transposed_solver import TransposedSolution, solve_transposed
 
 __all__ = [

@@ -21,8 +21,8 @@ from torch import nn
 
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.models.sizes import AxisRule
+from upzoo.shapes.layer_table import layer_modules, to_meta
 from upzoo.shapes.rules import layer_rule
-from upzoo.shapes.trace import layer_modules, to_meta
 
 __all__ = ["AxisRule", "AxisCheck", "ShapeSolver"]
 

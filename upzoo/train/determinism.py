@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from upzoo.errors import ConfigError
-from upzoo.shapes.trace import to_meta
+from upzoo.shapes.layer_table import to_meta
 
 __all__ = [
     "NO_DETERMINISTIC_CUDA_BACKWARD",

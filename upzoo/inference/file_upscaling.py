@@ -15,7 +15,7 @@ import torch
 from upzoo.errors import ConfigError, DataError, UpzooError
 from upzoo.inference.files import named_inputs
 from upzoo.inference.run import planned_outputs
-from upzoo.inference.upscale import read_unit_image, receptive_radius, upscale, write_unit_image
+from upzoo.inference.tiled_upscaling import read_unit_image, receptive_radius, upscale, write_unit_image
 from upzoo.runs.trained_model import LoadedModel
 from upzoo.runtime import FolderLock, atomic_write, autocast, terminate_as_interrupt
 
