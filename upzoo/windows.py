@@ -55,6 +55,12 @@ def sliding_window_inference(
 
     Returns:
         ``(K, *S)`` float logits on ``image``'s device.
+
+    Raises:
+        ShapeError: an image that is not ``(C, *S)``, or a predictor whose output is not
+            ``(N, K, *P)``.
+        ConfigError: a predictor that is not callable, NaN/inf, or a patch size, overlap or batch
+            size out of range.
     """
     patch = _check_window_arguments(image, predictor, patch_size, overlap, batch_size)
     spatial = tuple(image.shape[1:])

@@ -101,12 +101,17 @@ class Preprocess:
     def volume(self, volume: np.ndarray, spacing: Sequence[float] | None = None) -> torch.Tensor:
         """``(D, H, W)`` or ``(C, D, H, W)`` intensities at ``spacing`` -> ``(C, D', H', W')``
         normalised as in training and resampled to the training spacing (when both are known; the
-        size it takes is :func:`~upzoo.data.resampling.resampled_shape`)."""
+        size it takes is :func:`~upzoo.data.resampling.resampled_shape`).
+
+        Raises:
+            ConfigError: not a numeric NumPy array, or NaN/inf values.
+            ShapeError: not ``(D, H, W)`` or ``(C, D, H, W)`` with the model's channels.
+        """
         from upzoo.data.resampling import resample_image, resampled_shape
         from upzoo.data.volumes import normalize_intensity, refuse_non_finite
 
         if not isinstance(volume, np.ndarray) or not np.issubdtype(volume.dtype, np.number):
-            raise ShapeError(f"expected a volume as a numeric NumPy array (D, H, W), got {type(volume).__name__}")
+            raise ConfigError(f"expected a volume as a numeric NumPy array (D, H, W), got {type(volume).__name__}")
         refuse_non_finite(volume, "volume")
         if volume.ndim == 3:
             volume = volume[None]
@@ -168,6 +173,9 @@ class Predictor:
     >>> predictor = Predictor(load_model("runs/quickstart"), tta="flip")  # doctest: +SKIP
     >>> predictor.predict(image).labels.shape  # doctest: +SKIP
     (256, 512)
+
+    Raises:
+        ConfigError: ``resample`` that is not a bool, ``amp`` with the onnxruntime backend, or another bad option.
     """
 
     def __init__(
@@ -262,7 +270,12 @@ class Predictor:
         """One image (``(H, W[, C])`` uint8 array, or a file) or volume (``(D, H, W)`` /
         ``(C, D, H, W)`` array, or a NIfTI/``.npy`` file): labels at the input's own size.
         ``spacing``: a volume array's voxel spacing (mm, ``(D, H, W)``), to resample it to the
-        training spacing; a NIfTI file brings its own, an array without it is taken as it is."""
+        training spacing; a NIfTI file brings its own, an array without it is taken as it is.
+
+        Raises:
+            ConfigError: ``spacing`` for a 2D model, or non-finite inputs.
+            ShapeError: inputs that are not images or volumes the model takes, or a bad output ``size``.
+        """
         from upzoo.inference.files import read_input
 
         if not isinstance(item, np.ndarray):

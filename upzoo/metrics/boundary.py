@@ -92,6 +92,12 @@ class BoundaryIoU(StreamingMetric):
         self.add_state("union", torch.zeros(num_classes, dtype=torch.int64), "sum")
 
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
+        """Add label maps ``(H, W)`` or ``(B, H, W)`` of the prediction and the reference.
+
+        Raises:
+            ShapeError: maps of different shapes, or not ``(H, W)``/``(B, H, W)``.
+            ConfigError: labels that are not class indices of this metric.
+        """
         pred, target = as_labels(pred, "prediction"), as_labels(target, "target")
         if pred.shape != target.shape or pred.ndim not in (2, 3):
             raise ShapeError(
@@ -207,6 +213,12 @@ class BoundaryFScore(StreamingMetric):
         self.add_state("counts", torch.zeros(4, num_classes, dtype=torch.int64), "sum")  # hit/all pred, target
 
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
+        """Add label maps ``(H, W)`` or ``(B, H, W)`` of the prediction and the reference.
+
+        Raises:
+            ShapeError: maps of different shapes, or not ``(H, W)``/``(B, H, W)``.
+            ConfigError: labels that are not class indices of this metric.
+        """
         pred, target = as_labels(pred, "prediction"), as_labels(target, "target")
         if pred.shape != target.shape or pred.ndim not in (2, 3):
             raise ShapeError(

@@ -293,14 +293,23 @@ class FeatureDistances(StreamingMetric):
 
     def add_features(self, features: torch.Tensor, *, real: bool) -> None:
         """Add features ``(N, D)`` computed earlier with this extractor (a real set measured once,
-        compared with several generated ones)."""
+        compared with several generated ones).
+
+        Raises:
+            ShapeError: features that are not ``(N, D)``.
+        """
         if not isinstance(features, torch.Tensor) or features.ndim != 2:
             shown = tuple(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__
             raise ShapeError(f"features must be a tensor (N, D), got {shown}")
         self._features(real).append(features)
 
     def compute(self) -> dict[str, float | str]:
-        """``{"kid", "kid_std", "fd", "fd_name", "features"}``."""
+        """``{"kid", "kid_std", "fd", "fd_name", "features"}``.
+
+        Raises:
+            ShapeError: a set without images, sets of different widths, or fewer images than the subset size.
+            ConfigError: NaN/inf features.
+        """
         real, generated = (torch.cat(f) if f else None for f in (self.real_features, self.generated_features))
         if real is None or generated is None:
             raise ShapeError("KID/FD need both a real and a generated set; one of them has no images")

@@ -57,6 +57,10 @@ class RealImages:
         subsets: KID's subsets.
         patches_per_image: SWD's neighbourhoods per image and level.
         seed: SWD's and KID's draws.
+
+    Raises:
+        ConfigError: images that are not a tensor or batches, or options that are not whole numbers.
+        ShapeError: no images, or batches of different shapes.
     """
 
     def __init__(

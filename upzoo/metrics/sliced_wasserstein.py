@@ -152,7 +152,11 @@ class SlicedWasserstein(StreamingMetric):
         self.shape = None
 
     def sync(self) -> None:
-        """Gather every rank's descriptors (and the image shape, which a rank without images lacks)."""
+        """Gather every rank's descriptors (and the image shape, which a rank without images lacks).
+
+        Raises:
+            ShapeError: ranks that measured images of different shapes.
+        """
         shapes = sorted({s for s in all_gather_objects(self.shape) if s is not None})
         if len(shapes) > 1:
             raise ShapeError(f"SWD: the ranks measured images of shapes {shapes[0]} and {shapes[1]}; use one size")
@@ -163,7 +167,12 @@ class SlicedWasserstein(StreamingMetric):
         return self.real_descriptors if real else self.generated_descriptors
 
     def update(self, images: torch.Tensor, *, real: bool) -> None:
-        """Add a batch ``(N, C, H, W)`` (uint8, or float in [0, 1]) to the real or generated set."""
+        """Add a batch ``(N, C, H, W)`` (uint8, or float in [0, 1]) to the real or generated set.
+
+        Raises:
+            ShapeError: images smaller than 16x16, or of another shape than the earlier batches.
+            ConfigError: images of another dtype, NaN, or values outside [0, 1].
+        """
         x = as_unit_images(images, "real images" if real else "generated images") * 255.0
         shape = tuple(x.shape[1:])
         if self.shape is None:

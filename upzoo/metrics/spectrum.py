@@ -185,7 +185,12 @@ class RadialSpectrum(StreamingMetric):
 
 
 def radial_power_spectrum(images: torch.Tensor, batch_size: int = 1024) -> np.ndarray:
-    """The azimuthally averaged power spectrum ``(R,)`` of a set of images (see the module)."""
+    """The azimuthally averaged power spectrum ``(R,)`` of a set of images (see the module).
+
+    Raises:
+        ShapeError: not a batch of square images of one size.
+        ConfigError: images of another dtype, NaN, or values outside [0, 1].
+    """
     if not isinstance(images, torch.Tensor):
         raise ShapeError(f"images must be a tensor (N, C, H, W), got {type(images).__name__}")
     batch_size = check_positive_int(batch_size, "batch_size")

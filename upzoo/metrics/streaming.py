@@ -112,9 +112,19 @@ class StreamingMetric:
         self.sync()
 
     def update(self, *args: Any, **kwargs: Any) -> None:  # pragma: no cover - every subclass has its own
+        """Add a batch to the states.
+
+        Raises:
+            NotImplementedError: a subclass that does not define it.
+        """
         raise NotImplementedError
 
     def compute(self) -> Any:  # pragma: no cover - every subclass has its own
+        """The metric from the states so far.
+
+        Raises:
+            NotImplementedError: a subclass that does not define it.
+        """
         raise NotImplementedError
 
 

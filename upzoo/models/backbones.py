@@ -78,7 +78,11 @@ class FrozenBackbone(nn.Module):
         return self
 
     def check_size(self, spatial: Sequence[int]) -> None:
-        """Raise ``ShapeError`` unless every side is a multiple of the stride."""
+        """Raise ``ShapeError`` unless every side is a multiple of the stride.
+
+        Raises:
+            ShapeError: a side that is not a multiple of the stride, with a size that is.
+        """
         if any(int(s) % self.stride for s in spatial):
             fitted = [int(s) - int(s) % self.stride or self.stride for s in spatial]
             raise ShapeError(
@@ -87,6 +91,13 @@ class FrozenBackbone(nn.Module):
             )
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
+        """The normalised images' features at the layer, ``(B, C, H / stride, W / stride)``, without
+        gradients.
+
+        Raises:
+            ShapeError: images that are not ``(B, C, H, W)`` of the backbone's channels, or sides that
+                are not multiples of the stride.
+        """
         if image.dim() != 4 or image.shape[1] != self.mean.shape[1]:
             raise ShapeError(
                 f"{self.name} takes images (B, {self.mean.shape[1]}, H, W) in [0, 1], got shape {tuple(image.shape)}"

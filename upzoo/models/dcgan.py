@@ -93,6 +93,11 @@ class DCGANGenerator(nn.Module):
         )
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """Images ``(B, out_channels, resolution, resolution)`` from latents ``(B, latent_dim)``.
+
+        Raises:
+            ShapeError: latents that are not ``(B, latent_dim)`` or ``(B, latent_dim, 1, 1)``.
+        """
         if z.ndim == 4 and z.shape[2:] == (1, 1):
             z = z.flatten(1)
         if z.ndim != 2 or z.shape[1] != self.latent_dim:
@@ -140,7 +145,11 @@ class DCGANDiscriminator(nn.Module):
     """``image (B, in_channels, R, R) -> logits (B,)``: strided 4x4 convs (x1/2 each), LeakyReLU(0.2),
     down to 4x4, then a 4x4 conv to one logit. ``norm="batch"``: BatchNorm after every conv but the
     first (DCGAN); ``norm="spectral"``: every conv spectrally normalised and no BatchNorm (Miyato et
-    al., ICLR 2018: the discriminator stays Lipschitz, a stabiliser when it wins too easily)."""
+    al., ICLR 2018: the discriminator stays Lipschitz, a stabiliser when it wins too easily).
+
+    Raises:
+        ConfigError: a ``norm`` other than ``'batch'`` or ``'spectral'``, or widths that are not positive.
+    """
 
     @positional_deprecated("in_channels", "resolution")
     def __init__(self, *, in_channels: int, resolution: int, base_channels: int = 64, norm: str = "batch") -> None:
@@ -165,6 +174,11 @@ class DCGANDiscriminator(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One logit per image ``(B,)`` of images ``(B, in_channels, resolution, resolution)``.
+
+        Raises:
+            ShapeError: images of another channel count or size than the discriminator was built for.
+        """
         shape = check_input_shape(x.shape, spatial_dims=2, channels=self.in_channels, owner="DCGANDiscriminator")
         if shape[2:] != (self.resolution, self.resolution):
             raise ShapeError(

@@ -48,6 +48,9 @@ class PlainEncoder(Encoder):
         spatial_dims: 2 or 3.
         channels: output channels of each stage, e.g. ``(32, 64, 128, 256)``.
         strides: per-stage stride, an int or per-axis tuple, one per stage after the first; default 2.
+
+    Raises:
+        ConfigError: fewer than 2 stages, or strides that do not fit the channels.
     """
 
     def __init__(
@@ -96,7 +99,12 @@ class PlainEncoder(Encoder):
 class SmpEncoder(Encoder):
     """A 2D encoder from segmentation-models-pytorch (``resnet34``, ``efficientnet-b0``, ...) or timm
     through smp (``tu-resnet34``, any timm model with ``features_only``), without smp's stride-1
-    identity feature. Weights are never downloaded: ``weights`` is ``None`` or a local file."""
+    identity feature. Weights are never downloaded: ``weights`` is ``None`` or a local file.
+
+    Raises:
+        RegistryError: an encoder smp does not know.
+        ConfigError: an encoder that cannot be built at this depth.
+    """
 
     def __init__(self, name: str, in_channels: int, depth: int = 5, weights: str | Path | None = None) -> None:
         super().__init__()

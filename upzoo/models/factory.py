@@ -139,7 +139,11 @@ class ModelSpec:
 
     def resolve_auto_strides(self, spacing: Sequence[float], patch_size: Sequence[int]) -> ModelSpec:
         """Replace ``strides: auto`` by :func:`~upzoo.models.plan_strides` for this spacing and patch;
-        the encoder keeps as many stages as were planned."""
+        the encoder keeps as many stages as were planned.
+
+        Raises:
+            ConfigError: a patch of which no axis can be halved.
+        """
         if self.options.get("strides") != "auto":
             return self
         channels = list(self.options.get("channels") or (32, 64, 128, 256))
@@ -160,6 +164,10 @@ def build_model(spec: ModelSpec | Mapping[str, Any]) -> nn.Module:
     >>> net = build_model({"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": 4})
     >>> type(net).__name__
     'UNet'
+
+    Raises:
+        ConfigError: an unknown architecture or options its builder does not take (named, with the fix).
+        RegistryError: an unknown block name.
     """
     if not isinstance(spec, ModelSpec):
         spec = ModelSpec.from_dict(spec)
@@ -174,7 +182,11 @@ def build_model(spec: ModelSpec | Mapping[str, Any]) -> nn.Module:
 def build_discriminator(
     spec: ModelSpec | Mapping[str, Any], *, base_channels: int = 64, norm: str = "batch"
 ) -> DCGANDiscriminator:
-    """The discriminator matching a ``dcgan`` spec (same channels and resolution)."""
+    """The discriminator matching a ``dcgan`` spec (same channels and resolution).
+
+    Raises:
+        ConfigError: an architecture without a discriminator (only ``dcgan`` has one).
+    """
     if not isinstance(spec, ModelSpec):
         spec = ModelSpec.from_dict(spec)
     if spec.architecture != "dcgan":

@@ -82,7 +82,12 @@ class FeatureUpsampler(nn.Module):
         ``ratio``): ``(prediction, target, low)`` with ``target`` the features of the images,
         ``low`` those of the images average-pooled by ``ratio``, and ``prediction`` ``low``
         upsampled x``ratio`` by the block (``resample``), guided by the images pooled to the target
-        grid. Only image-guided, ratio-agnostic blocks have ``resample``."""
+        grid. Only image-guided, ratio-agnostic blocks have ``resample``.
+
+        Raises:
+            ConfigError: a block without ``resample`` (a fixed-scale decoder block).
+            ShapeError: images whose sides are not multiples of stride x ``ratio``.
+        """
         if not hasattr(self.upsampler, "resample"):
             raise ConfigError(
                 f"{self.upsampler_name!r} runs at its one scale (x{self.backbone.stride}); the objective trains a "

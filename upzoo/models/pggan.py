@@ -128,6 +128,11 @@ class PGGANGenerator(nn.Module):
         self.to_image = EqualizedConv2d(widths[-1], self.out_channels, 1, gain=1.0)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """Images ``(B, out_channels, resolution, resolution)`` from latents ``(B, latent_dim)``.
+
+        Raises:
+            ShapeError: latents that are not ``(B, latent_dim)``.
+        """
         if z.ndim != 2 or z.shape[1] != self.latent_dim:
             raise ShapeError(f"PGGANGenerator expects latents (B, {self.latent_dim}), got {tuple(z.shape)}")
         x = pixel_norm(z)[:, :, None, None]

@@ -88,6 +88,9 @@ class ESPCN(_SuperResolution):
 
     >>> ESPCN(scale=3)(torch.rand(1, 3, 10, 12)).shape
     torch.Size([1, 3, 30, 36])
+
+    Raises:
+        ConfigError: ``channels`` that are not two widths, a scale or tail that does not fit.
     """
 
     def __init__(
@@ -129,6 +132,9 @@ class EDSR(_SuperResolution):
 
     >>> EDSR(scale=2, num_blocks=2, channels=16)(torch.rand(1, 3, 8, 8)).shape
     torch.Size([1, 3, 16, 16])
+
+    Raises:
+        ConfigError: ``res_scale`` outside (0, 1], a scale or tail that does not fit.
     """
 
     def __init__(

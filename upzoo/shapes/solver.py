@@ -234,7 +234,11 @@ class ShapeSolver:
         return found
 
     def check(self, size: Sequence[int], *, window: int = 4096) -> list[AxisCheck]:
-        """Per axis: valid or not, and the nearest valid sizes below and above."""
+        """Per axis: valid or not, and the nearest valid sizes below and above.
+
+        Raises:
+            ShapeError: a size with another number of axes than the model's, or a size below 1.
+        """
         if len(size) != self.spatial_dims:
             raise ShapeError(
                 f"the model has {self.spatial_dims} spatial axes, got a size with {len(size)}: {tuple(size)}"

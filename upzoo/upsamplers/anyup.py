@@ -74,6 +74,9 @@ class AnyupUpsampler(JafarUpsampler):
     >>> up = AnyupUpsampler(spatial_dims=2, in_channels=16, out_channels=16, scale=16, qk_dim=32)
     >>> up.resample(torch.rand(1, 40, 2, 3), torch.rand(1, 3, 8, 12), 4).shape  # any channel count
     torch.Size([1, 40, 8, 12])
+
+    Raises:
+        ConfigError: a ``window`` outside (0, 1], or another option out of range.
     """
 
     feature_agnostic = True

@@ -125,6 +125,12 @@ class Upsampler(nn.Module):
             )
 
     def upsample(self, x: torch.Tensor, guide: torch.Tensor | None = None) -> torch.Tensor:  # pragma: no cover
+        """The block's computation, ``(B, C_in, *S)`` (and the guide) -> ``(B, C_out, *S * scale)``;
+        ``forward`` checks the input first.
+
+        Raises:
+            NotImplementedError: a subclass that does not define it (every registered block does).
+        """
         raise NotImplementedError
 
     def extra_repr(self) -> str:

@@ -33,6 +33,9 @@ class CarafeUpsampler(Upsampler):
             about the 25 of 2D, and about 2D's memory per voxel).
         kernel_encoder: content-encoder kernel size (odd), 3 in the paper.
         compressed_channels: channels after compression, 64 in the paper.
+
+    Raises:
+        ConfigError: an even ``kernel_size`` or ``encoder_kernel_size``, or contradicting old and new option names.
     """
 
     supported_spatial_dims = (2, 3)

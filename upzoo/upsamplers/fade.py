@@ -50,6 +50,9 @@ class FadeUpsampler(Upsampler):
     >>> up = FadeUpsampler(spatial_dims=2, in_channels=8, out_channels=8, scale=2, guide_channels=4)
     >>> up(torch.rand(1, 8, 5, 6), torch.rand(1, 4, 10, 12)).shape
     torch.Size([1, 8, 10, 12])
+
+    Raises:
+        ConfigError: an even ``kernel_size`` or ``encoder_kernel_size``.
     """
 
     supported_spatial_dims = (2, 3)

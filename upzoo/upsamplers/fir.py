@@ -112,6 +112,9 @@ class FirUpsampler(Upsampler):
     >>> up = FirUpsampler(spatial_dims=2, in_channels=4, out_channels=2, scale=2)
     >>> up(torch.zeros(1, 4, 5, 7)).shape
     torch.Size([1, 2, 10, 14])
+
+    Raises:
+        ConfigError: a filter that is not a list of finite taps, or an even ``kernel_size``.
     """
 
     def __init__(

@@ -31,6 +31,9 @@ class InterpConvUpsampler(Upsampler):
     >>> up = InterpConvUpsampler(spatial_dims=2, in_channels=4, out_channels=2, scale=(2, 3), mode="bilinear")
     >>> up(torch.zeros(1, 4, 5, 5)).shape
     torch.Size([1, 2, 10, 15])
+
+    Raises:
+        ConfigError: an even ``kernel_size``.
     """
 
     def __init__(

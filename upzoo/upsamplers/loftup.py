@@ -91,6 +91,9 @@ class LoftupUpsampler(ImageGuidedUpsampler):
     >>> up = LoftupUpsampler(spatial_dims=2, in_channels=12, out_channels=12, scale=16, width=16)
     >>> up(torch.rand(1, 12, 2, 3), torch.rand(1, 3, 32, 48)).shape
     torch.Size([1, 12, 32, 48])
+
+    Raises:
+        ConfigError: options out of range (named, with the value that came).
     """
 
     def __init__(

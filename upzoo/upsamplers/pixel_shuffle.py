@@ -71,6 +71,9 @@ class PixelShuffleUpsampler(Upsampler):
     >>> up = PixelShuffleUpsampler(spatial_dims=2, in_channels=16, out_channels=8, scale=2)
     >>> up(torch.zeros(1, 16, 7, 9)).shape
     torch.Size([1, 8, 14, 18])
+
+    Raises:
+        ConfigError: an even ``kernel_size``, or ``icnr``/``bias`` without a convolution.
     """
 
     def __init__(

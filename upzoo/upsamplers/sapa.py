@@ -60,6 +60,9 @@ class SapaUpsampler(Upsampler):
     >>> up = SapaUpsampler(spatial_dims=2, in_channels=8, out_channels=8, scale=2, guide_channels=4)
     >>> up(torch.rand(1, 8, 5, 6), torch.rand(1, 4, 10, 12)).shape
     torch.Size([1, 8, 10, 12])
+
+    Raises:
+        ConfigError: an even ``kernel_size``, or a ``variant`` or ``border`` that does not exist.
     """
 
     supported_spatial_dims = (2, 3)

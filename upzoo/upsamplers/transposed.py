@@ -119,6 +119,11 @@ class TransposedConvUpsampler(Upsampler):
         )
 
     def output_spatial(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
+        """The output size for input size ``spatial``, by PyTorch's transposed-convolution arithmetic.
+
+        Raises:
+            ShapeError: a size the padding would shrink below 1.
+        """
         out = tuple(
             transposed_output_size(s, kernel_size=k, stride=st, padding=p, output_padding=op, dilation=d)
             for s, k, st, p, op, d in zip(
