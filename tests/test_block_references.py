@@ -171,7 +171,7 @@ def test_interp_modes_are_checked_per_dims():
         create_upsampler("interp_conv", spatial_dims=3, in_channels=2, out_channels=2, scale=2, mode="bilinear")
     with pytest.raises(ConfigError, match="align_corners applies to"):
         create_upsampler("interp_conv", spatial_dims=2, in_channels=2, out_channels=2, scale=2, align_corners=True)
-    with pytest.raises(ConfigError, match="odd kernel_size"):
+    with pytest.raises(ConfigError, match="interp_conv kernel_size must be odd"):
         create_upsampler("interp_conv", spatial_dims=2, in_channels=2, out_channels=2, scale=2, kernel_size=2)
 
 

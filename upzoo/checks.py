@@ -21,6 +21,7 @@ from upzoo.errors import ConfigError, UpzooError
 __all__ = [
     "is_int",
     "check_positive_int",
+    "check_odd",
     "check_sizes",
     "check_finite",
     "check_number",
@@ -48,6 +49,24 @@ def check_positive_int(value: object, name: str, *, minimum: int = 1, error: typ
     if not is_int(value) or int(value) < minimum:  # type: ignore[call-overload]
         raise error(f"{name} must be a whole number >= {minimum}, got {value!r}")
     return int(value)  # type: ignore[call-overload]
+
+
+def check_odd(value: Any, name: str) -> Any:
+    """A kernel size that centres on its pixel: a whole number >= 1 that is odd, or a tuple of them
+    (one per axis); returned as it came (an ``int`` or a tuple of ``int``).
+
+    >>> check_odd(3, "kernel_size"), check_odd((1, 3, 3), "kernel_size")
+    (3, (1, 3, 3))
+
+    Raises:
+        ConfigError: a value that is not whole, below 1, or even on some axis.
+    """
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        check_positive_int(v, name)
+    if any(int(v) % 2 == 0 for v in values):
+        raise ConfigError(f"{name} must be odd (centred on its pixel, 'same' padding) on every axis, got {value!r}")
+    return tuple(int(v) for v in values) if isinstance(value, tuple) else int(value)
 
 
 def check_sizes(

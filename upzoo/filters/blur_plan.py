@@ -11,6 +11,7 @@ from typing import Literal
 
 import torch
 
+from upzoo.checks import check_odd
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import to_ntuple
 
@@ -88,8 +89,7 @@ def check_options(
     if not _is_number(threshold, finite=False):
         raise ConfigError(f"threshold must be a number (inf and -inf allowed, not NaN), got {threshold!r}")
     sizes = to_ntuple(kernel_size, n, "kernel_size")
-    if any(k % 2 == 0 for k in sizes):
-        raise ConfigError(f"kernel_size must be odd on every axis, got {sizes}")
+    check_odd(sizes, "kernel_size")
     sigmas = tuple(sigma) if isinstance(sigma, (tuple, list)) else (sigma,) * n
     if len(sigmas) != n or any(s is not None and not (_is_number(s) and s > 0) for s in sigmas):
         raise ConfigError(f"sigma must be None, a positive finite number or {n} of them, got {sigma!r}")

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from upzoo.checks import check_positive_int
+from upzoo.checks import check_odd
 from upzoo.errors import ConfigError
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.feature_attention import window_mask
@@ -29,8 +29,7 @@ class FeatureUnification(nn.Module):
 
     def __init__(self, width: int, kernel_size: int = 5, group: int = 16) -> None:
         super().__init__()
-        if check_positive_int(kernel_size, "kernel_size") % 2 == 0:
-            raise ConfigError(f"anyup kernel_size must be odd, got {kernel_size}")
+        check_odd(kernel_size, "anyup kernel_size")
         self.width, self.kernel_size, self.group = width, kernel_size, group
         self.basis = nn.Parameter(torch.randn(width, 1, kernel_size, kernel_size))
 

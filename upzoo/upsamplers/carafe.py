@@ -7,8 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from upzoo.checks import check_positive_int
-from upzoo.errors import ConfigError
+from upzoo.checks import check_odd, check_positive_int
 from upzoo.layers import conv_nd
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler, renamed_option
@@ -62,8 +61,7 @@ class CarafeUpsampler(Upsampler):
         mid = renamed_option("embedding_channels", embedding_channels, 64, "compressed_channels", compressed_channels)
         kernel_size = default_kernel(kernel_size, self.spatial_dims)
         for name, k in (("kernel_size", kernel_size), ("encoder_kernel_size", encoder_kernel_size)):
-            if check_positive_int(k, name) % 2 == 0:
-                raise ConfigError(f"carafe {name} must be odd, got {k}")
+            check_odd(k, f"carafe {name}")
         self.kernel_size = kernel_size
         self.encoder_kernel_size = encoder_kernel_size
         mid = check_positive_int(mid, "embedding_channels")

@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from upzoo.checks import check_positive_int
-from upzoo.errors import ConfigError
+from upzoo.checks import check_odd, check_positive_int
 from upzoo.layers import conv_nd
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
@@ -75,8 +74,7 @@ class FadeUpsampler(Upsampler):
         self.guide_channels = check_positive_int(guide_channels, "guide_channels")
         kernel_size = default_kernel(kernel_size, self.spatial_dims)
         for name, k in (("kernel_size", kernel_size), ("encoder_kernel_size", encoder_kernel_size)):
-            if check_positive_int(k, name) % 2 == 0:
-                raise ConfigError(f"fade {name} must be odd, got {k}")
+            check_odd(k, f"fade {name}")
         self.kernel_size = kernel_size
         mid = check_positive_int(embedding_channels, "embedding_channels")
         conv = conv_nd(self.spatial_dims)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from upzoo.checks import check_positive_int
+from upzoo.checks import check_odd
 from upzoo.errors import ConfigError
 from upzoo.layers import conv_nd
 from upzoo.registry import register_upsampler
@@ -139,8 +139,7 @@ class FirUpsampler(Upsampler):
                 )
             self.conv = None
         else:
-            if check_positive_int(kernel_size, "fir kernel_size") % 2 == 0:
-                raise ConfigError(f"fir kernel_size must be odd (a same-padded convolution), got {kernel_size}")
+            check_odd(kernel_size, "fir kernel_size")
             self.conv = conv_nd(self.spatial_dims)(
                 self.in_channels, self.out_channels, kernel_size, padding=kernel_size // 2, bias=bool(bias)
             )

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from upzoo.errors import ConfigError
+from upzoo.checks import check_odd
 from upzoo.layers import conv_nd, to_ntuple
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
@@ -53,8 +53,7 @@ class InterpConvUpsampler(Upsampler):
         self.mode = mode
         self.align_corners = align_corners
         self.kernel_size = to_ntuple(kernel_size, self.spatial_dims, "kernel_size")
-        if any(k % 2 == 0 for k in self.kernel_size):
-            raise ConfigError(f"interp_conv needs an odd kernel_size for 'same' padding, got {self.kernel_size}")
+        check_odd(self.kernel_size, "interp_conv kernel_size")
         self.conv = conv_nd(self.spatial_dims)(
             self.in_channels,
             self.out_channels,

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from upzoo.checks import check_odd
 from upzoo.errors import ConfigError
 from upzoo.layers import avg_pool_nd, conv_nd, to_ntuple
 from upzoo.registry import register_upsampler
@@ -94,8 +95,7 @@ class PixelShuffleUpsampler(Upsampler):
             self._shuffle_only(icnr, bias)
             return
         self.kernel_size = to_ntuple(kernel_size, self.spatial_dims, "kernel_size")
-        if any(k % 2 == 0 for k in self.kernel_size):
-            raise ConfigError(f"pixel_shuffle needs an odd kernel_size for 'same' padding, got {self.kernel_size}")
+        check_odd(self.kernel_size, "pixel_shuffle kernel_size")
         self.icnr = True if icnr is None else bool(icnr)
         self.conv = conv_nd(self.spatial_dims)(
             self.in_channels,

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from upzoo.checks import check_positive_int
+from upzoo.checks import check_odd, check_positive_int
 from upzoo.errors import ConfigError
 from upzoo.layers import conv_nd
 from upzoo.registry import register_upsampler
@@ -84,8 +84,7 @@ class SapaUpsampler(Upsampler):
         super().__init__(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=out_channels, scale=scale)
         self.guide_channels = check_positive_int(guide_channels, "guide_channels")
         kernel_size = default_kernel(kernel_size, self.spatial_dims)
-        if check_positive_int(kernel_size, "kernel_size") % 2 == 0:
-            raise ConfigError(f"sapa kernel_size must be odd, got {kernel_size}")
+        check_odd(kernel_size, "sapa kernel_size")
         if variant not in ("bilinear", "inner"):
             raise ConfigError(f"sapa variant must be 'bilinear' or 'inner', got {variant!r}")
         if variant == "inner" and self.guide_channels != self.in_channels:
