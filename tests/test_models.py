@@ -382,3 +382,16 @@ def test_upzoo_and_smp_models_share_one_strict_input_policy():
             model(torch.zeros(1, 3, 32, 33))
     with pytest.raises(ConfigError, match="input_policy must be 'pad' or 'strict', got 'crop'"):
         UNet(spatial_dims=2, in_channels=3, num_classes=2, input_policy="crop")
+
+
+def test_dcgan_without_an_upsampler_builds_todays_stages_and_says_the_default_moves_to_dcgans_own():
+    import warnings
+
+    with pytest.warns(FutureWarning, match=r"the default becomes DCGAN's own transposed stage") as caught:
+        default = DCGANGenerator(latent_dim=8, out_channels=3, resolution=32, base_channels=4)
+    assert caught[0].filename == __file__
+    assert type(default.stages[0][0]).__name__ == "InterpConvUpsampler"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        named = DCGANGenerator(latent_dim=8, out_channels=3, resolution=32, base_channels=4, upsampler="interp_conv")
+    assert [type(m).__name__ for m in named.modules()] == [type(m).__name__ for m in default.modules()]

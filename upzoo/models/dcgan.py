@@ -13,12 +13,20 @@ from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape
 from upzoo.models.stage_blocks import post_filter_block, stage_block
 from upzoo.registry import block_options
+from upzoo.runtime import warn_at_caller
 from upzoo.validation import positional_deprecated
 
 __all__ = ["DCGANGenerator", "DCGANDiscriminator", "DCGAN_TRANSPOSED_OPTIONS"]
 
 DCGAN_TRANSPOSED_OPTIONS: dict[str, Any] = {"kernel_size": 4, "padding": 1}
 """Options that make the ``transposed`` block the classic DCGAN stage: kernel 4, stride 2, padding 1."""
+
+DEFAULT_CHANGES = (
+    "DCGANGenerator without upsampler= builds interp_conv stages; the default becomes DCGAN's own "
+    "transposed stage (upsampler='transposed', upsampler_options=DCGAN_TRANSPOSED_OPTIONS) in the next "
+    "release, as every builder defaults to its architecture's reference upsampling; pass "
+    "upsampler='interp_conv' to keep today's stages"
+)
 
 
 def _stages(resolution: int) -> int:
@@ -35,7 +43,10 @@ class DCGANGenerator(nn.Module):
     the optional post-filter (e.g. ``masked_blur``). ``C0 = base_channels * 2 ** (stages - 1)``.
 
     Use ``upsampler="transposed", upsampler_options=DCGAN_TRANSPOSED_OPTIONS`` (or
-    :meth:`classic`) for the original DCGAN stage. ``last_upsampler`` (with its own
+    :meth:`classic`) for the original DCGAN stage. Without ``upsampler`` the stages are
+    ``interp_conv`` (resize-conv) for this release, with a ``FutureWarning``: the default becomes
+    DCGAN's own transposed stage, as every builder defaults to its architecture's reference
+    upsampling. ``last_upsampler`` (with its own
     ``last_upsampler_options``) sets the last stage's block alone — the layer that writes the
     image, whose swap alone changes the spectrum's high frequencies (Chandrasegaran et al., CVPR
     2021); by default the last stage uses ``upsampler`` too.
@@ -52,7 +63,7 @@ class DCGANGenerator(nn.Module):
         latent_dim: int,
         out_channels: int,
         resolution: int,
-        upsampler: str = "interp_conv",
+        upsampler: str | None = None,
         upsampler_options: dict[str, Any] | None = None,
         last_upsampler: str | None = None,
         last_upsampler_options: dict[str, Any] | None = None,
@@ -61,6 +72,9 @@ class DCGANGenerator(nn.Module):
         base_channels: int = 64,
     ) -> None:
         super().__init__()
+        if upsampler is None:
+            warn_at_caller(DEFAULT_CHANGES)
+            upsampler = "interp_conv"
         self.latent_dim = check_positive_int(latent_dim, "latent_dim")
         self.out_channels = check_positive_int(out_channels, "out_channels")
         self.resolution = resolution

@@ -4,7 +4,7 @@ the device a user names and mixed precision (:mod:`.devices`), seeding and RNG s
 whole or not at all (:mod:`.files`), one writer per folder (:mod:`.locks`), warnings re-emitted at
 the user's call (:mod:`.caller_warnings`) and a model's main output (:mod:`.outputs`)."""
 
-from upzoo.runtime.caller_warnings import warnings_at_caller
+from upzoo.runtime.caller_warnings import warn_at_caller, warnings_at_caller
 from upzoo.runtime.devices import autocast, needs_grad_scaler, resolve_device
 from upzoo.runtime.files import atomic_write, remove_stale_temporaries, write_error
 from upzoo.runtime.locks import FolderLock
@@ -27,4 +27,5 @@ __all__ = [
     "remove_stale_temporaries",
     "main_output",
     "warnings_at_caller",
+    "warn_at_caller",
 ]

@@ -6,7 +6,7 @@ import sys
 import warnings
 from pathlib import Path
 
-__all__ = ["warnings_at_caller"]
+__all__ = ["warnings_at_caller", "warn_at_caller"]
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])  # the upzoo package folder
 
@@ -40,3 +40,8 @@ class warnings_at_caller:  # noqa: N801 - used as a context manager, like contex
             text = str(caught.message)
             message = text if text.startswith(self.prefix) else self.prefix + text
             warnings.warn(message, caught.category, stacklevel=_first_frame_outside_upzoo())
+
+
+def warn_at_caller(message: str, category: type[Warning] = FutureWarning) -> None:
+    """Warn at the nearest frame outside upzoo: the user's call, however deep upzoo noticed."""
+    warnings.warn(message, category, stacklevel=_first_frame_outside_upzoo())
