@@ -321,8 +321,8 @@ def test_public_constructors_and_functions_check_their_arguments():
             upsampler="transposed",
             upsampler_options={"kernel_size": 3, "padding": 1},
         )
-    for kwargs in ({"upsampler": "interp_conv"}, {"upsampler": "transposed", "upsampler_options": {"kernel_size": 3, "padding": 1,
-                                                                          "output_padding": 1}}):  # fmt: skip
+    uneven = {"upsampler": "transposed", "upsampler_options": {"kernel_size": 3, "padding": 1, "output_padding": 1}}
+    for kwargs in ({"upsampler": "interp_conv"}, uneven):
         for resolution in (8, 16, 32, 64):
             with pytest.warns() if "upsampler_options" in kwargs else _no_warning():
                 g = DCGANGenerator(latent_dim=8, out_channels=3, resolution=resolution, base_channels=4, **kwargs)

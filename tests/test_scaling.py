@@ -298,3 +298,40 @@ def test_a_bug_in_an_in_process_cell_fails_that_cell_with_its_traceback_and_the_
     assert "Traceback (most recent call last)" in log and "ZeroDivisionError" in log
     _, missing = collect_comparison(tmp_path / "cmp", rounds=3)
     assert missing[0]["reason"] == "error: unexpected ZeroDivisionError: a bug in the first cell"
+
+
+class _FakeSlurm:
+    """A submitit-like executor whose jobs fail once per cell, then succeed (no process, no training)."""
+
+    def __init__(self):
+        self.submitted: list[str] = []
+
+    def batch(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def submit(self, job):
+        folder = job.cell.folder
+        failed_before = folder in self.submitted
+        self.submitted.append(folder)
+        outcome = {"status": "done", "seconds": 1.0} if failed_before else {"status": "failed", "error": "node lost"}
+
+        class Job:
+            job_id = f"42_{len(self.submitted)}"
+
+            def result(self):
+                return outcome
+
+        return Job()
+
+
+def test_the_slurm_launcher_retries_failed_cells_with_the_one_retry_loop(cache, tmp_path):
+    plan = _plan(cache, tmp_path / "cmp", variants="interpolate", seeds=2)
+    lines: list[str] = []
+    executor = _FakeSlurm()
+    results = launch_slurm(plan, executor, threads=1, retries=1, echo=lines.append)
+    assert [(r.status, r.attempts) for r in results] == [("done", 2), ("done", 2)]
+    assert len(executor.submitted) == 4 and any(line.startswith("retry 1 of 1: 2 failed cell(s)") for line in lines)
+    failed = launch_slurm(plan, _FakeSlurm(), threads=1, retries=0, echo=lines.append)
+    assert [(r.status, r.attempts, r.error) for r in failed] == [("failed", 1, "node lost")] * 2

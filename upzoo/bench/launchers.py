@@ -14,7 +14,7 @@ import os
 import queue
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -169,7 +169,7 @@ def launch_local(
         return result
 
     try:
-        results = _with_retries(plan.cells, run, jobs, retries, echo)
+        results = with_retries(plan.cells, _local_batches(run, jobs), retries, echo)
     finally:
         bar.close()
         for worker in workers:
@@ -177,27 +177,41 @@ def launch_local(
     return results
 
 
-def _with_retries(cells, run, jobs: int, retries: int, echo) -> list[CellResult]:
-    results = {c.folder: None for c in cells}
-    pending, attempt = list(cells), 0
-    while pending and attempt <= retries:
+def with_retries(
+    cells: Sequence[Cell], run_batch: Callable[[list[Cell]], Iterable[CellResult]], retries: int, echo
+) -> list[CellResult]:
+    """The one retry loop of every launcher: ``run_batch`` runs a list of cells (yielding one result
+    each), then the failed ones run again, up to ``retries`` more times; one result per cell, its
+    ``attempts`` counted."""
+    results: dict[str, CellResult | None] = {c.folder: None for c in cells}
+    pending = list(cells)
+    for attempt in range(retries + 1):
+        if not pending:
+            break
         if attempt:
             echo(f"retry {attempt} of {retries}: {len(pending)} failed cell(s)")
-        if jobs == 1:  # in this thread: a cell trained in-process hears Ctrl-C at its next step
-            outcomes = map(run, pending)
-        else:
-            pool = ThreadPoolExecutor(max_workers=jobs)
-            outcomes = pool.map(run, pending)
-        try:
-            for result in outcomes:
-                result.attempts = attempt + 1
-                results[result.cell.folder] = result
-        finally:
-            if jobs > 1:
-                pool.shutdown(cancel_futures=True)
+        for result in run_batch(pending):
+            result.attempts = attempt + 1
+            results[result.cell.folder] = result
         pending = [r.cell for r in results.values() if r is not None and r.status == "failed"]
-        attempt += 1
     return list(results.values())
+
+
+def _local_batches(run: Callable[[Cell], CellResult], jobs: int):
+    """Run a list of cells ``jobs`` at a time: in this thread for one (a cell trained in-process
+    hears Ctrl-C at its next step), in a thread pool otherwise."""
+
+    def batch(cells: list[Cell]) -> Iterable[CellResult]:
+        if jobs == 1:
+            yield from map(run, cells)
+            return
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        try:
+            yield from pool.map(run, cells)
+        finally:
+            pool.shutdown(cancel_futures=True)
+
+    return batch
 
 
 @dataclass(frozen=True)
@@ -298,22 +312,18 @@ def launch_slurm(
 ) -> list[CellResult]:
     """Submit the cells as one job array through ``executor`` and wait for them; failed cells are
     submitted again up to ``retries`` times."""
-    results = {c.folder: None for c in plan.cells}
-    pending = list(plan.cells)
-    for attempt in range(retries + 1):
-        if not pending:
-            break
+
+    def batch(cells: list[Cell]) -> Iterable[CellResult]:
         with executor.batch():
-            jobs = [executor.submit(CellJob(cell, threads)) for cell in pending]
+            jobs = [executor.submit(CellJob(cell, threads)) for cell in cells]
         echo(f"submitted {len(jobs)} cell(s) as a job array ({jobs[0].job_id.split('_')[0]})")
-        for cell, job in zip(pending, jobs):
+        for cell, job in zip(cells, jobs):
             outcome = _job_outcome(job)
-            seconds, error = outcome.get("seconds", 0.0), outcome.get("error", "")
-            result = CellResult(cell, outcome["status"], seconds, error, attempt + 1)
+            result = CellResult(cell, outcome["status"], outcome.get("seconds", 0.0), outcome.get("error", ""))
             report(result, echo)
-            results[cell.folder] = result
-        pending = [r.cell for r in results.values() if r is not None and r.status == "failed"]
-    return list(results.values())
+            yield result
+
+    return with_retries(plan.cells, batch, retries, echo)
 
 
 def _job_outcome(job: Any) -> dict[str, Any]:
