@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from PIL import Image
 
 from conftest import run_cli, small_recipe
@@ -18,6 +19,7 @@ from upzoo.inference import Predictor, load_model
 from upzoo.inference.contract import CONTRACT_FILE
 from upzoo.inference.export import export_model
 from upzoo.recipe import parse_recipe
+from upzoo.runs.identity import recipe_digest
 from upzoo.train.engine import train
 
 ort = pytest.importorskip("onnxruntime")
@@ -58,7 +60,13 @@ def test_the_onnx_file_carries_its_contract_and_deploys_without_upzoo(run_dir, t
     assert json.loads(contract["input.mean"]) == list(loaded.mean) and json.loads(contract["input.std"]) == list(
         loaded.std
     )
-    assert len(contract["upzoo.recipe_sha256"]) == 64 and contract["upzoo.task"] == "segmentation"
+    assert contract["upzoo.task"] == "segmentation"
+    stored = json.loads((run_dir / "run.json").read_text())["recipe_sha256"]  # the run folder's digest
+    assert (
+        contract["upzoo.recipe_sha256"]
+        == stored
+        == recipe_digest(yaml.safe_load((run_dir / "recipe.yaml").read_text()))
+    )
     image = sorted((run_dir.parent / "cache").rglob("leftImg8bit/val/**/*.png"))[0]
     deployed = _deploy_without_upzoo(report["path"], str(image))
     expected = Predictor(loaded, window="off").predict(str(image)).labels

@@ -12,10 +12,10 @@ words), ``input.mean`` / ``input.std`` (or ``null``), ``input.channels``, ``spat
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
+from upzoo.runs.identity import recipe_digest
 from upzoo.runs.trained_model import LoadedModel
 
 __all__ = ["export_contract", "CONTRACT_FILE"]
@@ -34,10 +34,9 @@ def _version() -> str:
 
 def export_contract(loaded: LoadedModel) -> dict[str, str]:
     """The contract of ``loaded``'s model (see the module); string keys and values."""
-    recipe_text = json.dumps(loaded.recipe.to_dict(), sort_keys=True)
     contract: dict[str, Any] = {
         "upzoo.version": _version(),
-        "upzoo.recipe_sha256": hashlib.sha256(recipe_text.encode()).hexdigest(),
+        "upzoo.recipe_sha256": recipe_digest(loaded.recipe.to_dict()),
         "upzoo.task": loaded.task,
     }
     options = loaded.spec.options

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from upzoo.errors import ConfigError, TrainingError
+from upzoo.runs.identity import recipe_digest
 from upzoo.runtime import FolderLock, atomic_write, remove_stale_temporaries
 
 __all__ = ["RunFolder"]
@@ -82,10 +83,12 @@ class RunFolder:
     def __del__(self) -> None:
         self.close()
 
-    def start_identity(self) -> str:
-        """A new run's id, written to ``run.json``; checkpoints carry it."""
+    def start_identity(self, recipe: dict[str, Any]) -> str:
+        """A new run's id, written to ``run.json`` with the digest of its resolved ``recipe``
+        (:func:`~upzoo.runs.identity.recipe_digest`); checkpoints carry the id."""
         run_id = uuid.uuid4().hex
-        identity = json.dumps({"run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        created = time.strftime("%Y-%m-%dT%H:%M:%S")
+        identity = json.dumps({"run_id": run_id, "created": created, "recipe_sha256": recipe_digest(recipe)})
         atomic_write(self.path / "run.json", lambda tmp: tmp.write_text(identity))
         return run_id
 

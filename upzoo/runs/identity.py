@@ -6,10 +6,12 @@ never judge one folder differently."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["first_difference", "is_finished", "SECTIONS"]
+__all__ = ["first_difference", "is_finished", "recipe_digest", "SECTIONS"]
 
 SECTIONS = ("model", "data", "train", "eval")
 
@@ -34,6 +36,17 @@ def first_difference(stored: Any, expected: dict[str, Any], sections: Sequence[s
             key = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))[0]
             return f"{section}.{key}: {theirs.get(key)!r} there, {ours.get(key)!r} here"
     return None
+
+
+def recipe_digest(recipe: dict[str, Any], sections: Sequence[str] = SECTIONS) -> str:
+    """SHA-256 of a resolved recipe's ``sections`` (canonical JSON: keys sorted): stored in a run's
+    ``run.json`` and in its exports' contract, so two runs or files of one recipe show one digest.
+
+    >>> recipe_digest({"train": {"lr": 0.01}}) == recipe_digest({"train": {"lr": 0.01}, "notes": 1})
+    True
+    """
+    canonical = json.dumps({s: recipe.get(s) for s in sections}, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def is_finished(summary: Any) -> bool:

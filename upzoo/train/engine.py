@@ -206,8 +206,9 @@ class Trainer:
         if self.resume:
             restore_run(self)
         elif self.ctx.is_main:
-            self.run_id = self.run.start_identity()
-            self.run.write_recipe({**self.recipe.to_dict(), "model": self.task.prepared.model_dict()})
+            resolved = {**self.recipe.to_dict(), "model": self.task.prepared.model_dict()}
+            self.run_id = self.run.start_identity(resolved)
+            self.run.write_recipe(resolved)
         resume_step = self.step if self.resume else None
         self.loggers = (
             extra_loggers(self.cfg.loggers, self.run.path, resume_step=resume_step) if self.ctx.is_main else []
