@@ -136,6 +136,23 @@ def test_feature_upsampler_lifts_features_to_pixels(upsampler):
     assert model(image).shape == (1, 192, 32, 48)
 
 
+def test_feature_evaluation_runs_the_model_under_the_recipes_precision():
+    """Training runs the objective under train.amp; its evaluation (and upzoo eval) do the same."""
+    import functools
+
+    from upzoo.runtime import autocast
+    from upzoo.train.feature_upsampling import evaluate_feature_upsampling
+
+    model = FeatureUpsampler(backbone=VIT, weights="random", upsampler="jafar", upsampler_options={"qk_dim": 16})
+    seen, objective = [], model.objective
+    model.objective = lambda images, ratio: seen.append(torch.is_autocast_enabled("cpu")) or objective(images, ratio)
+    results = []
+    for amp in ("bf16", "none"):
+        precision = functools.partial(autocast, amp, torch.device("cpu"))
+        results.append(evaluate_feature_upsampling(model, [{"image": torch.rand(3, 64, 64)}], (2,), "cpu", precision))
+    assert seen == [True, False] and all(0 < r["cosine"] <= 1 for r in results)
+
+
 def test_the_objective_pairs_downscaled_features_with_the_full_images():
     model = FeatureUpsampler(backbone=VIT, weights="random", upsampler="jafar", upsampler_options={"qk_dim": 16})
     images = torch.rand(2, 3, 64, 128)

@@ -167,5 +167,6 @@ def evaluate_feature_upsampler(recipe: Recipe, checkpoint: str | Path) -> dict[s
     loaded = load_model(checkpoint, device=device, kind="feature_upsampling", purpose="upzoo eval")
     prepared = prepare(replace(recipe, model=loaded.spec))
     ratios = tuple(recipe.train.feature_ratios or DEFAULT_RATIOS)
-    metrics = evaluate_feature_upsampling(loaded.model, prepared.data.val, ratios, device)
+    precision = functools.partial(autocast, recipe.train.amp, device)  # as training evaluated it
+    metrics = evaluate_feature_upsampling(loaded.model, prepared.data.val, ratios, device, precision)
     return {**metrics, "checkpoint": str(checkpoint), "step": loaded.step}

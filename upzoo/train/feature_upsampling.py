@@ -6,6 +6,8 @@ Evaluated by the cosine similarity to those targets beside bilinear upsampling's
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -37,10 +39,11 @@ def feature_loss(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor
 
 @torch.no_grad()
 def evaluate_feature_upsampling(
-    model: nn.Module, dataset: Any, ratios: tuple[int, ...], device: torch.device
+    model: nn.Module, dataset: Any, ratios: tuple[int, ...], device: torch.device, precision: Callable = nullcontext
 ) -> dict[str, Any]:
     """Per ratio, the mean cosine similarity (over all pixels of all images) of the block's and of
-    bilinear upsampling's prediction to the target features, and the block's loss."""
+    bilinear upsampling's prediction to the target features, and the block's loss; the model runs
+    under ``precision()`` (the recipe's autocast, as in training), the measures in float32."""
     was_training = model.training
     model.eval()
     sums = {r: [0.0, 0.0, 0.0, 0] for r in ratios}  # cosine, bilinear cosine, loss, pixels
@@ -48,7 +51,8 @@ def evaluate_feature_upsampling(
         for index in range(len(dataset)):
             images = _whole_multiple(_image_of(dataset[index])[None], model.backbone.stride * max(ratios)).to(device)
             for r in ratios:
-                prediction, target, low = model.objective(images, r)
+                with precision():
+                    prediction, target, low = (t.float() for t in model.objective(images, r))
                 bilinear = F.interpolate(low, size=target.shape[-2:], mode="bilinear", align_corners=False)
                 pixels = target.shape[0] * target.shape[-2] * target.shape[-1]
                 sums[r][0] += float(F.cosine_similarity(prediction, target, dim=1).sum())
@@ -128,7 +132,7 @@ class FeatureUpsamplingTask(Task):
         from upzoo.figures import feature_grid
 
         model, data = self.modules["model"], self.prepared.data
-        self.last = evaluate_feature_upsampling(model, data.val, self.ratios, ctx.device)
+        self.last = evaluate_feature_upsampling(model, data.val, self.ratios, ctx.device, ctx.autocast)
         if ctx.is_main:
             keep = [_image_of(data.val[i]) for i in range(min(len(data.val), self.prepared.recipe.eval.grid_samples))]
             feature_grid(model, keep, ctx.run_path / "predictions.png", device=ctx.device)
