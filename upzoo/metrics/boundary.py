@@ -24,8 +24,7 @@ import numpy as np
 import torch
 
 from upzoo.checks import check_number
-from upzoo.errors import ShapeError
-from upzoo.metrics.confusion import as_labels, check_label_values, check_num_classes
+from upzoo.metrics.confusion import check_num_classes, label_maps
 from upzoo.metrics.results import ClassScores
 from upzoo.metrics.streaming import StreamingMetric
 
@@ -98,16 +97,7 @@ class BoundaryIoU(StreamingMetric):
             ShapeError: maps of different shapes, or not ``(H, W)``/``(B, H, W)``.
             ConfigError: labels that are not class indices of this metric.
         """
-        pred, target = as_labels(pred, "prediction"), as_labels(target, "target")
-        if pred.shape != target.shape or pred.ndim not in (2, 3):
-            raise ShapeError(
-                f"Boundary IoU takes label maps (H, W) or (B, H, W) of one shape, got prediction "
-                f"{tuple(pred.shape)} and target {tuple(target.shape)}"
-            )
-        check_label_values(pred, target, self.num_classes, self.ignore_index)
-        preds, targets = pred.detach().cpu().numpy(), target.detach().cpu().numpy()
-        if preds.ndim == 2:
-            preds, targets = preds[None], targets[None]
+        preds, targets = label_maps(pred, target, self.num_classes, self.ignore_index, "Boundary IoU")
         for p, t in zip(preds, targets):
             inter, union = _counts(p, t, self.num_classes, self.ignore_index, self.dilation_ratio)
             self.intersection += torch.from_numpy(inter.astype(np.int64))
@@ -219,15 +209,8 @@ class BoundaryFScore(StreamingMetric):
             ShapeError: maps of different shapes, or not ``(H, W)``/``(B, H, W)``.
             ConfigError: labels that are not class indices of this metric.
         """
-        pred, target = as_labels(pred, "prediction"), as_labels(target, "target")
-        if pred.shape != target.shape or pred.ndim not in (2, 3):
-            raise ShapeError(
-                f"the boundary F-score takes label maps (H, W) or (B, H, W) of one shape, got prediction "
-                f"{tuple(pred.shape)} and target {tuple(target.shape)}"
-            )
-        check_label_values(pred, target, self.num_classes, self.ignore_index)
-        preds, targets = pred.detach().cpu().numpy(), target.detach().cpu().numpy()
-        for p, t in zip(preds.reshape(-1, *preds.shape[-2:]), targets.reshape(-1, *targets.shape[-2:])):
+        preds, targets = label_maps(pred, target, self.num_classes, self.ignore_index, "the boundary F-score")
+        for p, t in zip(preds, targets):
             counts = _fscore_counts(p, t, self.num_classes, self.ignore_index, self.tolerance)
             self.counts += torch.from_numpy(counts)
 

@@ -153,6 +153,25 @@ def mean_iou(pred: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_
     return ClassScores(_nanmean(iou), iou)
 
 
+def label_maps(pred, target, num_classes: int, ignore_index: int | None, owner: str) -> tuple[np.ndarray, np.ndarray]:
+    """Prediction and reference label maps ``(H, W)`` or ``(B, H, W)`` of one shape, checked, as
+    NumPy batches ``(B, H, W)``.
+
+    Raises:
+        ShapeError: maps of different shapes, or not 2D (batches of 2D).
+        ConfigError: labels that are not class indices of ``num_classes`` (or ``ignore_index``).
+    """
+    pred, target = as_labels(pred, "prediction"), as_labels(target, "target")
+    if pred.shape != target.shape or pred.ndim not in (2, 3):
+        raise ShapeError(
+            f"{owner} takes label maps (H, W) or (B, H, W) of one shape, got prediction {tuple(pred.shape)} and "
+            f"target {tuple(target.shape)}"
+        )
+    check_label_values(pred, target, num_classes, ignore_index)
+    preds, targets = pred.detach().cpu().numpy(), target.detach().cpu().numpy()
+    return preds.reshape(-1, *preds.shape[-2:]), targets.reshape(-1, *targets.shape[-2:])
+
+
 class ConfusionMatrix(StreamingMetric):
     """Streaming accumulator: ``update`` per batch, ``compute`` at the end, ``sync`` across DDP
     ranks (a sum of the integer counts, so every rank then computes the same numbers).

@@ -22,8 +22,7 @@ import math
 import numpy as np
 import torch
 
-from upzoo.errors import ShapeError
-from upzoo.metrics.confusion import as_labels, check_num_classes
+from upzoo.metrics.confusion import check_num_classes, label_maps
 from upzoo.metrics.results import FrameScores
 
 __all__ = ["davis_fmeasure", "davis_boundary_map"]
@@ -66,12 +65,7 @@ def davis_fmeasure(
         ShapeError: maps of different shapes or not 2D (batches of 2D); ConfigError: a bad class count.
     """
     num_classes = check_num_classes(num_classes, ignore_index)
-    pred, target = as_labels(pred, "prediction"), as_labels(target, "target")
-    if pred.shape != target.shape or pred.ndim not in (2, 3):
-        raise ShapeError(f"davis_fmeasure takes label maps (H, W) or (N, H, W) of one shape, got "
-                         f"{tuple(pred.shape)} and {tuple(target.shape)}")  # fmt: skip
-    preds = pred.detach().cpu().numpy().reshape(-1, *pred.shape[-2:])
-    targets = target.detach().cpu().numpy().reshape(-1, *target.shape[-2:])
+    preds, targets = label_maps(pred, target, num_classes, ignore_index, "davis_fmeasure")
     radius = bound_th if bound_th >= 1 else math.ceil(bound_th * math.hypot(*preds.shape[1:]))
     frames = np.zeros((len(preds), num_classes))
     for n, (p, t) in enumerate(zip(preds, targets)):
