@@ -144,6 +144,20 @@ def test_the_api_site_check_names_every_public_name_without_an_entry():
     assert "upzoo.UNet" in hooks.missing_api_entries(unet_elsewhere - {"upzoo.models.UNet"})
 
 
+def test_the_api_table_lists_every_builder_and_metric_with_defaults_and_returns():
+    import upzoo.metrics
+    import upzoo.models
+
+    table = _docs_hooks().api_table_page()
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| `")}
+    for package in (upzoo.models, upzoo.metrics):
+        for name in package.__all__:
+            if callable(getattr(package, name)) and not name.endswith("Error"):
+                assert f"`{name}`" in rows, name
+    assert "`ignore_index` (255) | ClassScores |" in rows["`mean_iou`"]
+    assert "`upsampler` ('transposed')" in rows["`UNet`"] and "| UNet |" in rows["`UNet`"]
+
+
 def test_the_api_pages_show_sphinx_roles_as_the_code_they_name():
     """mkdocstrings renders ``:func:`x``` as ``:func:<code>x</code>``; the site's hook drops the role."""
     hooks = _docs_hooks()

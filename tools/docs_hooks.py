@@ -26,6 +26,8 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     if page.file.src_uri == "index.md":
         return readme_page()
     markdown = markdown.replace("<!-- upzoo-cli -->", cli_page())
+    if "<!-- upzoo-api-table -->" in markdown:
+        markdown = markdown.replace("<!-- upzoo-api-table -->", api_table_page())
     return markdown.replace("<!-- upzoo-recipe-schema -->", schema_page())
 
 
@@ -72,6 +74,48 @@ def on_post_build(**_: Any) -> None:
     missing = missing_api_entries(API_IDS)
     if missing:
         raise PluginError(f"{len(missing)} public name(s) without an API entry: {', '.join(missing)}")
+
+
+def api_table_page() -> str:
+    """One table per group: each public builder or metric, its arguments with their defaults, and
+    its return annotation, from :func:`inspect.signature`."""
+    import importlib
+    import inspect
+
+    groups = {"Model builders": "upzoo.models", "Metrics": "upzoo.metrics"}
+    sections = []
+    for title, package in groups.items():
+        module = importlib.import_module(package)
+        rows = ["| name | arguments (default) | returns |", "|---|---|---|"]
+        for name in module.__all__:
+            value = getattr(module, name)
+            if not callable(value) or name[0] == "_" or (inspect.isclass(value) and issubclass(value, Exception)):
+                continue
+            try:
+                signature = inspect.signature(value)
+            except (TypeError, ValueError):
+                continue
+            arguments = ", ".join(_argument(p) for p in signature.parameters.values() if p.name != "self")
+            returns = name if inspect.isclass(value) else _annotation(signature.return_annotation)
+            rows.append(f"| `{name}` | {_cell(arguments)} | {_cell(returns)} |")
+        sections.append(f"## {title}\n\n" + "\n".join(rows))
+    return "\n\n".join(sections) + "\n"
+
+
+def _argument(parameter: Any) -> str:
+    import inspect
+
+    prefix = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}.get(parameter.kind, "")
+    text = f"`{prefix}{parameter.name}`"
+    return text if parameter.default is inspect.Parameter.empty else f"{text} ({parameter.default!r})"
+
+
+def _annotation(annotation: Any) -> str:
+    import inspect
+
+    if annotation is inspect.Signature.empty:
+        return ""
+    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
 
 
 def readme_page() -> str:
