@@ -15,7 +15,9 @@ one round at the larger sizes), the blocks interleaved in each round, with the s
 (max - min) / median when there are several, and the ratio to bilinear's. Chunked training passes
 checkpoint each band (recomputed in the backward pass).
 
-    python tools/bench_feature_upsamplers.py [--settings 448,1024,1024x2048] [--rounds 1]
+    python tools/bench_feature_upsamplers.py [--settings 448,1024,1024x2048] [--rounds 1] [--passes forward,backward]
+
+``--passes backward`` measures forward+backward alone (1024x2048 has no backward pass here).
 """
 
 from __future__ import annotations
@@ -136,14 +138,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", default="448,1024,1024x2048")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--passes", default="forward,backward", help="forward, backward (forward+backward) or both")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # one measurement (a child process)
     args = parser.parse_args()
     if args.one is not None:
         print(json.dumps(measure_here(*json.loads(args.one))))
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {CHANNELS} channels, batch 1")
+    wanted = {p: p in args.passes.split(",") for p in ("forward", "backward")}
     for setting in args.settings.split(","):
-        passes = [False] if setting == "1024x2048" else [False, True]
+        kinds = {False: "forward", True: "backward"}
+        passes = [b for b in (False, True) if wanted[kinds[b]] and not (b and setting == "1024x2048")]
         for backward in passes:
             what = "forward + backward" if backward else "forward"
             (h, w), scale, _ = SETTINGS[setting]
