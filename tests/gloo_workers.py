@@ -7,6 +7,22 @@ from __future__ import annotations
 import torch
 
 
+def run_two_ranks(worker) -> dict:
+    """``worker(rank, port, results)`` in two spawned processes of one gloo group on a free port;
+    what each rank put in ``results``, by rank."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(worker, args=(port, results), nprocs=2, join=True)
+        return dict(results)
+
+
 def collectives_worker(rank: int, port: int, results) -> None:
     """One rank of a two-process gloo group: every collective's result, in ``results[rank]``."""
     import torch.distributed as dist

@@ -187,18 +187,9 @@ def test_the_process_group_reduces_cpu_tensors_on_every_device(monkeypatch, devi
 
 
 def test_collectives_across_two_real_gloo_processes():
-    import socket
+    from gloo_workers import collectives_worker, run_two_ranks
 
-    import torch.multiprocessing as mp
-    from gloo_workers import collectives_worker
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.spawn(collectives_worker, args=(port, results), nprocs=2, join=True)
-        results = dict(results)
+    results = run_two_ranks(collectives_worker)
     for rank in (0, 1):
         got = results[rank]
         assert got["device"] == "cpu"

@@ -5,12 +5,11 @@ across DDP ranks (a real two-process gloo group: each rank measures half of a da
 from __future__ import annotations
 
 import math
-import socket
 
 import numpy as np
 import pytest
 import torch
-from gloo_workers import metrics_worker, streaming_metrics
+from gloo_workers import metrics_worker, run_two_ranks, streaming_metrics
 
 from upzoo.errors import ConfigError
 from upzoo.metrics import StreamingMetric
@@ -27,15 +26,7 @@ def _close(ours, reference) -> bool:
 
 
 def test_every_streaming_metric_synced_over_two_gloo_ranks_equals_one_process_over_all_data():
-    import torch.multiprocessing as mp
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.spawn(metrics_worker, args=(port, results), nprocs=2, join=True)
-        results = dict(results)
+    results = run_two_ranks(metrics_worker)
     whole = {name: metric.compute() for name, metric in streaming_metrics(None).items() if name != "swd"}
     halves = [streaming_metrics(rank)["swd"] for rank in (0, 1)]  # SWD's patch positions follow each rank's
     halves[0].real_descriptors += halves[1].real_descriptors  # own image count: its reference is the
