@@ -145,13 +145,14 @@ def test_gradient_clipping_limits_the_update(tmp_path):
     }
     recipe = parse_recipe(small_recipe(tmp_path / "cache", train=train))
     trainer = Trainer(make_task(prepare(recipe)), tmp_path / "run", progress=False)
+    trainer.acquire()  # what fit() does first: the folder, the seed, the modules placed, the optimisers
     model = trainer.task.modules["model"]
     before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
     loss = sum(p.sum() for p in model.parameters()) * 1000  # a gradient far above the limit
     trainer.optimize(loss, "model")
     after = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert float((before - after).norm()) == pytest.approx(0.5, rel=1e-4)
-    trainer.run.close()
+    trainer.release()
 
 
 def test_a_failed_run_releases_its_folder_and_closes_its_loggers(tmp_path):
@@ -167,12 +168,13 @@ def test_a_failed_run_releases_its_folder_and_closes_its_loggers(tmp_path):
     task = make_task(prepare(recipe))
 
     def broken(batch, ctx):
+        with pytest.raises(ConfigError, match="is in use by another run"):  # while it runs, the folder is its own
+            RunFolder(tmp_path / "run", ["step"], lock=True)
         raise RuntimeError("boom")
 
     task.step = broken
     trainer = Trainer(task, tmp_path / "run", progress=False)
-    with pytest.raises(ConfigError, match="is in use by another run"):  # while it runs, the folder is its own
-        RunFolder(tmp_path / "run", ["step"], lock=True)
+    assert not (tmp_path / "run").exists() and trainer.ctx is None  # built, it holds nothing: fit() takes it all
     with pytest.raises(RuntimeError, match="boom"):
         trainer.fit()
     FolderLock(tmp_path / "run", "still locked").release()  # free again
@@ -187,6 +189,7 @@ def test_a_trainer_that_fails_to_set_up_releases_its_folder(tmp_path):
 
     recipe = parse_recipe(small_recipe(tmp_path / "cache", data={"batch_size": 64}))  # more than the 4 samples
     task = make_task(prepare(recipe))
+    trainer = Trainer(task, tmp_path / "run", progress=False)
     with pytest.raises(ConfigError, match="data.batch_size 64 is larger than"):
-        Trainer(task, tmp_path / "run", progress=False)
+        trainer.fit()
     RunFolder(tmp_path / "run", ["step"], lock=True).close()

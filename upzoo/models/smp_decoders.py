@@ -256,13 +256,13 @@ def _build(kind: str, encoder_name: str, upsampler: Any, upsampler_options: Any,
     return model
 
 
-Upsampler = str | Sequence[str | None] | dict[str, str] | None
+PointUpsamplers = str | Sequence[str | None] | dict[str, str] | None
 
 
 def smp_fpn(
     encoder_name: str = "resnet34",
     *,
-    upsampler: Upsampler = None,
+    upsampler: PointUpsamplers = None,
     upsampler_options: dict[str, Any] | None = None,
     num_classes: int = 1,
     in_channels: int = 3,
@@ -298,7 +298,7 @@ def smp_fpn(
 def smp_upernet(
     encoder_name: str = "resnet34",
     *,
-    upsampler: Upsampler = None,
+    upsampler: PointUpsamplers = None,
     upsampler_options: dict[str, Any] | None = None,
     num_classes: int = 1,
     in_channels: int = 3,
@@ -320,7 +320,7 @@ def smp_upernet(
 def smp_segformer(
     encoder_name: str = "resnet34",
     *,
-    upsampler: Upsampler = None,
+    upsampler: PointUpsamplers = None,
     upsampler_options: dict[str, Any] | None = None,
     num_classes: int = 1,
     in_channels: int = 3,
@@ -342,7 +342,7 @@ def smp_segformer(
 def smp_deeplabv3plus(
     encoder_name: str = "resnet34",
     *,
-    upsampler: Upsampler = None,
+    upsampler: PointUpsamplers = None,
     upsampler_options: dict[str, Any] | None = None,
     num_classes: int = 1,
     in_channels: int = 3,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
 
 __all__ = ["warnings_at_caller", "warn_at_caller"]
 
-_PACKAGE = str(Path(__file__).resolve().parents[1])  # the upzoo package folder
+_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep  # the upzoo package folder, as a prefix
 
 
 def _first_frame_outside_upzoo() -> int:

@@ -11,9 +11,10 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from upzoo.runtime import autocast
 from upzoo.train.distributed import DistContext
 
-__all__ = ["StepContext"]
+__all__ = ["StepContext", "EngineContext"]
 
 
 class StepContext(Protocol):
@@ -42,3 +43,38 @@ class StepContext(Protocol):
 
     def optimize(self, loss: torch.Tensor, name: str) -> float:
         """One update of module ``name`` from ``loss``; returns the loss value."""
+
+
+class EngineContext:
+    """:class:`StepContext` as the engine implements it (a base of
+    :class:`~upzoo.train.engine.Trainer`), read from the trainer's ``cfg``, ``ctx``, ``run``,
+    ``device``, ``channels_last`` and its modules as called in a step, ``_wrapped``."""
+
+    @property
+    def amp(self) -> str:
+        return self.cfg.amp
+
+    @property
+    def dist(self) -> DistContext:
+        return self.ctx
+
+    @property
+    def run_path(self) -> Path:
+        return self.run.path
+
+    @property
+    def is_main(self) -> bool:
+        return self.ctx.is_main
+
+    def net(self, name: str) -> nn.Module:
+        """The module to call in a training step (DDP-wrapped under torchrun)."""
+        return self._wrapped[name]
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return autocast(self.cfg.amp, self.device)
+
+    def to_device(self, tensor: torch.Tensor, *, image: bool = False) -> torch.Tensor:
+        tensor = tensor.to(self.device, non_blocking=True)
+        if image and self.channels_last is not None:
+            tensor = tensor.contiguous(memory_format=self.channels_last)
+        return tensor

@@ -6,7 +6,6 @@ progress and loggers."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from upzoo.runtime import (
     seed_everything,
 )
 from upzoo.tables import to_json
+from upzoo.train.context import EngineContext
 from upzoo.train.determinism import check_deterministic, restore_deterministic, use_deterministic
 from upzoo.train.distributed import (
     ResumableSampler,
@@ -51,7 +51,7 @@ from upzoo.train.tasks import Task
 __all__ = ["Trainer", "train"]
 
 
-class Trainer:
+class Trainer(EngineContext):
     """Train ``task`` (built from a prepared recipe) into ``run_dir``, or continue it (``resume``).
 
     ``on_step(step, loss, stop)`` is called after every step (tests and benchmarks use it; calling
@@ -71,12 +71,24 @@ class Trainer:
         self.cfg, self.resume, self.progress, self.on_step = self.recipe.train, resume, progress, on_step
         self.device = resolve_device(self.cfg.device, "train.device")
         autocast(self.cfg.amp, self.device)  # an amp mode this device lacks fails now, before any work
-        self.ctx = init_distributed(self.device)
-        self.device = self.ctx.device  # cuda:LOCAL_RANK for a DDP rank on CUDA
+        self.run_dir, self.ctx, self.run = Path(run_dir), None, None
         self.loggers: list[Any] = []
-        self.run: RunFolder | None = None
+        self._acquired = self._released = False
+
+    def acquire(self) -> None:
+        """Join the process group, lock the run folder, seed, place the modules and build the
+        optimisers — once; :meth:`fit` calls it, and a failure here releases what was taken.
+
+        Raises:
+            ConfigError: a folder in use or a data set smaller than a batch (named).
+        """
+        if self._acquired:
+            return
+        self._acquired = True
         try:
-            self._set_up(run_dir)
+            self.ctx = init_distributed(self.device)
+            self.device = self.ctx.device  # cuda:LOCAL_RANK for a DDP rank on CUDA
+            self._set_up(self.run_dir)
         except BaseException:
             self.release(failed=True)
             raise
@@ -122,36 +134,6 @@ class Trainer:
         self.optimizers = {n: build_optimizer(m.parameters(), self.cfg) for n, m in self.task.modules.items()}
         self.schedulers = {n: build_scheduler(o, self.cfg, self.total_steps) for n, o in self.optimizers.items()}
         self.scaler = torch.amp.GradScaler(self.device.type) if needs_grad_scaler(self.cfg.amp, self.device) else None
-
-    # -- what tasks see (the StepContext of upzoo.train.context) -------------------------------------
-    @property
-    def amp(self) -> str:
-        return self.cfg.amp
-
-    @property
-    def dist(self) -> Any:
-        return self.ctx
-
-    @property
-    def run_path(self) -> Path:
-        return self.run.path
-
-    @property
-    def is_main(self) -> bool:
-        return self.ctx.is_main
-
-    def net(self, name: str) -> nn.Module:
-        """The module to call in a training step (DDP-wrapped under torchrun)."""
-        return self._wrapped[name]
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        return autocast(self.cfg.amp, self.device)
-
-    def to_device(self, tensor: torch.Tensor, *, image: bool = False) -> torch.Tensor:
-        tensor = tensor.to(self.device, non_blocking=True)
-        if image and self.channels_last is not None:
-            tensor = tensor.contiguous(memory_format=self.channels_last)
-        return tensor
 
     def optimize(self, loss: torch.Tensor, name: str) -> float:
         """One update of module ``name`` from ``loss``: a NaN check, backward (scaled for fp16),
@@ -299,10 +281,13 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         """Train to ``total_steps`` (or until Ctrl-C); returns the summary also written to ``summary.json``.
+        Takes the run (:meth:`acquire`) and gives it back (:meth:`release`) on every exit.
 
         Raises:
             TrainingError: a non-finite loss or parameter (the last good checkpoint is kept).
+            ConfigError: as :meth:`acquire`, or a checkpoint of another run to resume.
         """
+        self.acquire()
         try:
             self._start()
         except BaseException:  # a checkpoint that does not load, a folder that cannot be written
@@ -355,17 +340,17 @@ class Trainer:
         """Close the loggers (TensorBoard flushed), release the run folder's lock and tear down the
         process group this run created — once, after success and after a failure alike (a failed
         rank does not wait for the others at a barrier)."""
-        if getattr(self, "_released", False):
+        if self._released:
             return
         self._released = True
         try:
-            if self.ctx.is_main:
-                for logger in self.loggers:
-                    logger.close()
+            for logger in self.loggers:  # only the main rank has loggers
+                logger.close()
         finally:
             if self.run is not None:
                 self.run.close()
-            finish_distributed(self.ctx, wait=not failed)
+            if self.ctx is not None:
+                finish_distributed(self.ctx, wait=not failed)
 
 
 def train(
