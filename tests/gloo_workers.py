@@ -7,10 +7,12 @@ from __future__ import annotations
 import torch
 
 
-def run_two_ranks(worker) -> dict:
-    """``worker(rank, port, results)`` in two spawned processes of one gloo group on a free port;
-    what each rank put in ``results``, by rank."""
+def run_two_ranks(worker, *args, timeout: float = 300.0) -> dict:
+    """``worker(rank, port, results, *args)`` in two spawned processes of one gloo group on a free
+    port; what each rank put in ``results``, by rank. Ranks still running after ``timeout`` seconds
+    are killed and the call fails naming the hang (a collective reached by one rank only)."""
     import socket
+    import time
 
     import torch.multiprocessing as mp
 
@@ -19,8 +21,38 @@ def run_two_ranks(worker) -> dict:
         port = probe.getsockname()[1]
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(worker, args=(port, results), nprocs=2, join=True)
+        context = mp.spawn(worker, args=(port, results, *args), nprocs=2, join=False)
+        deadline = time.monotonic() + timeout
+        while not context.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                for process in context.processes:
+                    process.kill()
+                raise TimeoutError(f"the two ranks hung: still running after {timeout:.0f} s; got {dict(results)}")
         return dict(results)
+
+
+def train_worker(rank: int, port: int, results, runs: dict) -> None:
+    """One rank of a two-process gloo group, as torchrun starts it: trains every ``runs[name] =
+    (recipe dict, run folder)`` in turn in the same group; each run's summary in ``results``."""
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    from upzoo.recipe import parse_recipe
+    from upzoo.train.engine import train
+
+    timeout = datetime.timedelta(seconds=120)  # a collective that one rank never reaches fails, not hangs
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timeout)
+    try:
+        for name, (recipe, run) in runs.items():
+            summary = train(parse_recipe(recipe), run, progress=False)
+            keep = ("steps", "world_size", "ranks_in_sync")
+            results[f"{name}/{rank}"] = {key: summary[key] for key in keep}
+    finally:
+        dist.destroy_process_group()
 
 
 def collectives_worker(rank: int, port: int, results) -> None:
@@ -116,5 +148,42 @@ def metrics_worker(rank: int, port: int, results) -> None:
         for metric in metrics.values():
             metric.sync()
         results[rank] = {name: metric.compute() for name, metric in metrics.items()}
+    finally:
+        dist.destroy_process_group()
+
+
+def sync_contract_worker(rank: int, port: int, results) -> None:
+    """One rank of a two-process gloo group: the torchmetrics contract of every streaming metric —
+    ``compute`` syncs and restores the local states, a second ``sync`` adds nothing, ``update`` on a
+    synced metric is refused, ``unsync`` and ``sync_context`` give the local states back."""
+    import torch.distributed as dist
+
+    def local(metric):
+        metric.sync_on_compute = False
+        try:
+            return metric.compute()
+        finally:
+            metric.sync_on_compute = True
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        got = {}
+        for name, metric in streaming_metrics(rank).items():
+            row = {"local": local(metric), "auto": metric.compute()}
+            row["local_after_compute"] = local(metric)
+            metric.sync()
+            metric.sync()  # a second sync is a no-op, never a second sum
+            row["twice"], row["synced"] = metric.compute(), metric.synced
+            try:
+                metric.update(*([torch.zeros(1)] if name in ("spectrum",) else []))
+            except Exception as error:  # noqa: BLE001 - the message is the result
+                row["update_error"] = f"{type(error).__name__}: {error}"
+            metric.unsync()
+            row["local_after_unsync"] = local(metric)
+            with metric.sync_context():
+                row["in_context"] = local(metric)
+            row["local_after_context"] = local(metric)
+            got[name] = row
+        results[rank] = got
     finally:
         dist.destroy_process_group()

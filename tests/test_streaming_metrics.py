@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from gloo_workers import metrics_worker, run_two_ranks, streaming_metrics
+from gloo_workers import metrics_worker, run_two_ranks, streaming_metrics, sync_contract_worker
 
 from upzoo.errors import ConfigError
 from upzoo.metrics import StreamingMetric
@@ -38,6 +38,24 @@ def test_every_streaming_metric_synced_over_two_gloo_ranks_equals_one_process_ov
             assert _close(results[rank][name], reference), (rank, name, results[rank][name], reference)
     one_half = streaming_metrics(0)["confusion"].compute()["miou"]
     assert one_half != pytest.approx(whole["confusion"]["miou"])  # the sync is what made them equal
+
+
+def test_compute_syncs_and_restores_and_a_second_sync_adds_nothing_over_two_gloo_ranks():
+    """torchmetrics' contract: a synced result from ``compute`` alone, the local states after it, a
+    second ``sync`` that does not double the counts, ``update`` on a synced metric refused."""
+    results = run_two_ranks(sync_contract_worker)
+    synced = run_two_ranks(metrics_worker)  # sync() then compute(), as the evaluation loop calls them
+    for rank in (0, 1):
+        local = {name: metric.compute() for name, metric in streaming_metrics(rank).items()}
+        for name, row in results[rank].items():
+            assert _close(row["auto"], synced[rank][name]), (rank, name)
+            assert _close(row["twice"], synced[rank][name]) and row["synced"] is True, (rank, name)
+            assert _close(row["in_context"], synced[rank][name]), (rank, name)
+            for key in ("local", "local_after_compute", "local_after_unsync", "local_after_context"):
+                assert _close(row[key], local[name]), (rank, name, key)
+            assert row["update_error"].startswith(f"ConfigError: {type(streaming_metrics(0)[name]).__name__}.update()")
+            assert "on a synced metric would add this rank's batch to every rank's totals" in row["update_error"]
+    assert results[0]["confusion"]["auto"]["miou"] != pytest.approx(results[0]["confusion"]["local"]["miou"])
 
 
 @pytest.mark.parametrize(

@@ -38,13 +38,25 @@ def _spread(values: list[float]) -> str:
 
 
 def blocks(device: str, shape: tuple[int, ...], runs: int) -> None:
+    """One row per block; a block that does not fit (an attention over every input position at this
+    size) gets its row with the reason, and the others still run."""
+    from upzoo import list_upsamplers
     from upzoo.bench.block_table import bench_blocks
+    from upzoo.errors import UpzooError
 
     print(f"\n## 1. blocks at {shape} -> x2, bf16 autocast, median of {runs}\n")
     print("| block | forward FPS | fwd+bwd ms | peak MiB (fwd+bwd) |\n|---|---|---|---|")
-    for row in bench_blocks(shape, scale=2, device=device, runs=runs, amp="bf16"):
-        fps = shape[0] / (row["forward_ms"] / 1e3)
-        print(f"| {row['block']} | {fps:.1f} | {row['fwd_bwd_ms']:.2f} | {row['peak_mib']:.0f} |")
+    for name in list_upsamplers(kind="upsampler"):
+        try:
+            rows = bench_blocks(shape, scale=2, device=device, runs=runs, amp="bf16", names=[name])
+        except (torch.OutOfMemoryError, UpzooError) as error:
+            torch.cuda.empty_cache()
+            reason = "out of memory" if isinstance(error, torch.OutOfMemoryError) else str(error).split(";")[0]
+            print(f"| {name} | {reason} | | |")
+            continue
+        for row in rows:
+            fps = shape[0] / (row["forward_ms"] / 1e3)
+            print(f"| {row['block']} | {fps:.1f} | {row['fwd_bwd_ms']:.2f} | {row['peak_mib']:.0f} |", flush=True)
 
 
 def _train(device: str, steps: int, nproc: int, out: Path, quick: bool) -> float:

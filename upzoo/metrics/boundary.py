@@ -80,12 +80,22 @@ class BoundaryIoU(StreamingMetric):
     >>> acc.update(square, square)
     >>> acc.compute()["boundary_iou"]
     1.0
+
+    ``sync_on_compute`` (default True): :meth:`compute` combines the DDP ranks first; False for a
+    metric that one rank alone computes (see :class:`~upzoo.metrics.StreamingMetric`).
     """
 
-    def __init__(self, num_classes: int, ignore_index: int | None = 255, *, dilation_ratio: float = 0.02) -> None:
+    def __init__(
+        self,
+        num_classes: int,
+        ignore_index: int | None = 255,
+        *,
+        dilation_ratio: float = 0.02,
+        sync_on_compute: bool = True,
+    ) -> None:
         num_classes = check_num_classes(num_classes, ignore_index)
         dilation_ratio = check_number(dilation_ratio, "dilation_ratio", above=0, below=1)
-        super().__init__()
+        super().__init__(sync_on_compute=sync_on_compute)
         self.num_classes, self.ignore_index, self.dilation_ratio = num_classes, ignore_index, dilation_ratio
         self.add_state("intersection", torch.zeros(num_classes, dtype=torch.int64), "sum")
         self.add_state("union", torch.zeros(num_classes, dtype=torch.int64), "sum")
@@ -124,7 +134,7 @@ def boundary_iou(
 ) -> ClassScores:
     """Mean Boundary IoU and the per-class values (``NaN`` for classes absent from both) of label
     maps ``(H, W)`` or ``(B, H, W)``."""
-    acc = BoundaryIoU(num_classes, ignore_index, dilation_ratio=dilation_ratio)
+    acc = BoundaryIoU(num_classes, ignore_index, dilation_ratio=dilation_ratio, sync_on_compute=False)
     acc.update(pred, target)
     result = acc.compute()
     return ClassScores(result["boundary_iou"], torch.tensor(result["per_class_boundary_iou"], dtype=torch.float64))
@@ -193,12 +203,17 @@ class BoundaryFScore(StreamingMetric):
     >>> acc.update(square, square)
     >>> acc.compute()["boundary_fscore"]
     1.0
+
+    ``sync_on_compute`` (default True): :meth:`compute` combines the DDP ranks first; False for a
+    metric that one rank alone computes (see :class:`~upzoo.metrics.StreamingMetric`).
     """
 
-    def __init__(self, num_classes: int, ignore_index: int | None = 255, *, tolerance: float = 2.0) -> None:
+    def __init__(
+        self, num_classes: int, ignore_index: int | None = 255, *, tolerance: float = 2.0, sync_on_compute: bool = True
+    ) -> None:
         num_classes = check_num_classes(num_classes, ignore_index)
         tolerance = check_number(tolerance, "tolerance (pixels)", at_least=0)
-        super().__init__()
+        super().__init__(sync_on_compute=sync_on_compute)
         self.num_classes, self.ignore_index, self.tolerance = num_classes, ignore_index, tolerance
         self.add_state("counts", torch.zeros(4, num_classes, dtype=torch.int64), "sum")  # hit/all pred, target
 
@@ -234,7 +249,7 @@ def boundary_fscore(
     ``(B, H, W)``: contours of both sides of every label change, a fixed Euclidean ``tolerance`` in
     pixels, counts summed over the dataset. For DAVIS's definition (one-sided boundary, a tolerance
     relative to the image diagonal, F per frame, empty masks F = 1) use :func:`~upzoo.metrics.davis_fmeasure`."""
-    acc = BoundaryFScore(num_classes, ignore_index, tolerance=tolerance)
+    acc = BoundaryFScore(num_classes, ignore_index, tolerance=tolerance, sync_on_compute=False)
     acc.update(pred, target)
     result = acc.compute()
     return ClassScores(

@@ -180,11 +180,16 @@ class ConfusionMatrix(StreamingMetric):
     >>> acc.update(torch.tensor([0, 1]), torch.tensor([0, 0]))
     >>> acc.compute()["miou"]
     0.25
+
+    ``sync_on_compute`` (default True): :meth:`compute` combines the DDP ranks first; False for a
+    metric that one rank alone computes (see :class:`~upzoo.metrics.StreamingMetric`).
     """
 
-    def __init__(self, num_classes: int, ignore_index: int | None = 255, *, validate: bool = True) -> None:
+    def __init__(
+        self, num_classes: int, ignore_index: int | None = 255, *, validate: bool = True, sync_on_compute: bool = True
+    ) -> None:
         num_classes = check_num_classes(num_classes, ignore_index)
-        super().__init__()
+        super().__init__(sync_on_compute=sync_on_compute)
         self.num_classes, self.ignore_index, self.validate = num_classes, ignore_index, validate
         self.add_state("matrix", torch.zeros(num_classes, num_classes, dtype=torch.int64), "sum")
 

@@ -273,13 +273,23 @@ class FeatureDistances(StreamingMetric):
         subsets: KID's subsets (torchmetrics' default 100).
         subset_size: images per KID subset (torchmetrics' default 1000).
         seed: seeds the subsets.
+        sync_on_compute: whether :meth:`compute` combines the DDP ranks first (False for a metric
+            that one rank alone computes; see :class:`~upzoo.metrics.StreamingMetric`).
     """
 
-    def __init__(self, extractor: FeatureExtractor, subsets: int = 100, subset_size: int = 1000, seed: int = 0):
+    def __init__(
+        self,
+        extractor: FeatureExtractor,
+        subsets: int = 100,
+        subset_size: int = 1000,
+        seed: int = 0,
+        *,
+        sync_on_compute: bool = True,
+    ) -> None:
         check_kid_options(subsets, subset_size, seed)
         check_extractor(extractor)
         self.extractor, self.subsets, self.subset_size, self.seed = extractor, subsets, subset_size, seed
-        super().__init__()
+        super().__init__(sync_on_compute=sync_on_compute)
         self.add_state("real_features", None, "cat")
         self.add_state("generated_features", None, "cat")
 

@@ -135,7 +135,7 @@ class RealImages:
     def _swd(self, generated: torch.Tensor) -> tuple[dict[str, float], dict[str, str]]:
         if min(generated.shape[-2:]) < 16:
             return {}, {"swd_note": "SWD not computed: its pyramid needs images of at least 16x16"}
-        swd = SlicedWasserstein(patches_per_image=self.patches_per_image, seed=self.seed)
+        swd = SlicedWasserstein(patches_per_image=self.patches_per_image, seed=self.seed, sync_on_compute=False)
         for images, real in ((self.images, True), (generated, False)):
             for batch in images.split(500):
                 swd.update(batch, real=real)
@@ -146,7 +146,9 @@ class RealImages:
         """KID and FD of ``generated`` against the real features, and the notes naming them."""
         if len(generated) < 2:
             return {}, {"kid_fd": "KID/FD not computed: they need at least 2 images of each set"}
-        distances = FeatureDistances(self.extractor, self.subsets, min(self.subset_size, len(generated)), self.seed)
+        distances = FeatureDistances(
+            self.extractor, self.subsets, min(self.subset_size, len(generated)), self.seed, sync_on_compute=False
+        )
         distances.add_features(self.features, real=True)
         for batch in generated.split(256):
             distances.update(batch, real=False)

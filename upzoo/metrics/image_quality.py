@@ -154,12 +154,15 @@ class ImageQuality(StreamingMetric):
     >>> x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     >>> metric.update(x, x); metric.compute()["ssim"]
     1.0
+
+    ``sync_on_compute`` (default True): :meth:`compute` combines the DDP ranks first; False for a
+    metric that one rank alone computes (see :class:`~upzoo.metrics.StreamingMetric`).
     """
 
-    def __init__(self, *, crop_border: int = 0, y_channel: bool = True) -> None:
+    def __init__(self, *, crop_border: int = 0, y_channel: bool = True, sync_on_compute: bool = True) -> None:
         self.crop_border = check_positive_int(crop_border, "crop_border", minimum=0)
         self.y_channel = bool(y_channel)
-        super().__init__()
+        super().__init__(sync_on_compute=sync_on_compute)
         self.add_state("psnr_values", None, "cat")  # one float64 value per image
         self.add_state("ssim_values", None, "cat")
 

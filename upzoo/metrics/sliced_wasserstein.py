@@ -128,6 +128,8 @@ class SlicedWasserstein(StreamingMetric):
         directions: directions per set (reference: 128).
         seed: seeds the patch positions (the same for image ``i`` of either set, however the sets
             are batched) and the directions.
+        sync_on_compute: whether :meth:`compute` combines the DDP ranks first (False for a metric
+            that one rank alone computes; see :class:`~upzoo.metrics.StreamingMetric`).
 
     >>> swd = SlicedWasserstein(patches_per_image=16)
     >>> images = torch.rand(32, 3, 32, 32)
@@ -136,11 +138,19 @@ class SlicedWasserstein(StreamingMetric):
     0.0
     """
 
-    def __init__(self, patches_per_image: int = 128, repeats: int = 4, directions: int = 128, seed: int = 0) -> None:
+    def __init__(
+        self,
+        patches_per_image: int = 128,
+        repeats: int = 4,
+        directions: int = 128,
+        seed: int = 0,
+        *,
+        sync_on_compute: bool = True,
+    ) -> None:
         check_swd_options(patches_per_image=patches_per_image, repeats=repeats, directions=directions, seed=seed)
         self.patches_per_image, self.repeats, self.directions = patches_per_image, repeats, directions
         self.seed = seed
-        super().__init__()
+        super().__init__(sync_on_compute=sync_on_compute)
         self.add_state("real_descriptors", None, "cat")
         self.add_state("generated_descriptors", None, "cat")
         self.seen = {True: 0, False: 0}  # images so far: the next image's index for its patch positions
@@ -151,7 +161,9 @@ class SlicedWasserstein(StreamingMetric):
         self.seen = {True: 0, False: 0}
         self.shape = None
 
-    def sync(self) -> None:
+    sync_attributes = ("shape",)
+
+    def _combine(self) -> None:
         """Gather every rank's descriptors (and the image shape, which a rank without images lacks).
 
         Raises:
@@ -160,7 +172,7 @@ class SlicedWasserstein(StreamingMetric):
         shapes = sorted({s for s in all_gather_objects(self.shape) if s is not None})
         if len(shapes) > 1:
             raise ShapeError(f"SWD: the ranks measured images of shapes {shapes[0]} and {shapes[1]}; use one size")
-        super().sync()
+        super()._combine()
         self.shape = shapes[0] if shapes else None
 
     def _descriptors(self, real: bool) -> list[torch.Tensor]:
@@ -241,7 +253,9 @@ def swd(
         ShapeError: images that are not such batches, or sets of different sizes.
         ConfigError: options that are not whole numbers, or images of another dtype or range.
     """
-    metric = SlicedWasserstein(patches_per_image=patches_per_image, repeats=repeats, directions=directions, seed=seed)
+    metric = SlicedWasserstein(
+        patches_per_image=patches_per_image, repeats=repeats, directions=directions, seed=seed, sync_on_compute=False
+    )
     metric.update(real, real=True)
     metric.update(generated, real=False)
     return metric.compute()

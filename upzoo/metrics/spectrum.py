@@ -123,10 +123,12 @@ class RadialSpectrum(StreamingMetric):
         unit_range: images are uint8 or floats in [0, 1] (checked); ``False`` takes any finite
             floats, e.g. a generator's raw output in the regression testbed, whose spectrum is
             measured before any clamping (the power then is in the images' own units).
+        sync_on_compute: whether :meth:`compute` combines the DDP ranks first (False for a metric
+            that one rank alone computes; see :class:`~upzoo.metrics.StreamingMetric`).
     """
 
-    def __init__(self, *, unit_range: bool = True) -> None:
-        super().__init__()
+    def __init__(self, *, unit_range: bool = True, sync_on_compute: bool = True) -> None:
+        super().__init__(sync_on_compute=sync_on_compute)
         self.unit_range = unit_range
         self.add_state("ring_power", None, "sum")  # (R,) float64, shaped by the first batch
         self.add_state("count", torch.zeros((), dtype=torch.int64), "sum")
@@ -194,7 +196,7 @@ def radial_power_spectrum(images: torch.Tensor, batch_size: int = 1024) -> np.nd
     if not isinstance(images, torch.Tensor):
         raise ShapeError(f"images must be a tensor (N, C, H, W), got {type(images).__name__}")
     batch_size = check_positive_int(batch_size, "batch_size")
-    spectrum = RadialSpectrum()
+    spectrum = RadialSpectrum(sync_on_compute=False)
     for start in range(0, len(images), batch_size):
         spectrum.update(images[start : start + batch_size])
     return spectrum.compute()

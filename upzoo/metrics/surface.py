@@ -222,10 +222,13 @@ class SurfaceMetrics(StreamingMetric):
     """Streaming HD95 and surface Dice over cases: ``update(pred, target, spacing)`` per case,
     per-class sums and counts of the case values (summable across DDP ranks), ``compute`` means.
     A case where a class is in only one of prediction and reference adds ``inf`` to that class's
-    HD95 mean, as it should: the mean of a set with a missed structure is unbounded."""
+    HD95 mean, as it should: the mean of a set with a missed structure is unbounded.
 
-    def __init__(self, num_classes: int, *, tolerance_mm: float = 2.0) -> None:
-        super().__init__()
+    ``sync_on_compute`` (default True): :meth:`compute` combines the DDP ranks first; False for a
+    metric that one rank alone computes (see :class:`~upzoo.metrics.StreamingMetric`)."""
+
+    def __init__(self, num_classes: int, *, tolerance_mm: float = 2.0, sync_on_compute: bool = True) -> None:
+        super().__init__(sync_on_compute=sync_on_compute)
         self.num_classes, self.tolerance_mm = check_num_classes(num_classes), _check_tolerance(tolerance_mm)
         self.add_state("sums", torch.zeros(2, self.num_classes, dtype=torch.float64), "sum")  # HD95, surface Dice
         self.add_state("counts", torch.zeros(self.num_classes, dtype=torch.float64), "sum")

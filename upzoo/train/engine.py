@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from upzoo.collectives import all_gather_objects
 from upzoo.errors import ConfigError
 from upzoo.figures import plot_curves
 from upzoo.machine import machine_record
@@ -215,7 +216,9 @@ class Trainer(EngineContext):
         self._last_eval_step = self.step
         for module in self.task.modules.values():
             sync_buffers(module, self.ctx)
-        row = self.task.evaluate(self)
+        # every rank takes rank 0's row, so every rank takes the same branch below: a task that
+        # evaluates on rank 0 alone must not leave the others out of the collectives of save()
+        row = all_gather_objects(self.task.evaluate(self))[0]
         if not row:
             return
         self.last_eval = row

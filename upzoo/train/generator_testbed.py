@@ -40,7 +40,7 @@ _COLUMNS = ["step", "ring", "cycles_per_pixel", "real", "generated", "error"]
 def channel_spectrum(images: torch.Tensor) -> np.ndarray:
     """The mean over images and channels of each channel's radial power spectrum, ``(R,)``, of
     ``(N, C, H, W)`` square images of any finite values."""
-    spectrum = RadialSpectrum(unit_range=False)
+    spectrum = RadialSpectrum(unit_range=False, sync_on_compute=False)
     for batch in images.split(100):
         spectrum.update(batch.reshape(-1, 1, *batch.shape[2:]))  # every channel an image of its own
     return spectrum.compute()
