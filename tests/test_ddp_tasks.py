@@ -6,8 +6,9 @@ the spawner turns a hang into a failure."""
 from __future__ import annotations
 
 import pytest
-from conftest import small_recipe
 from gloo_workers import run_two_ranks, train_worker
+
+from conftest import small_recipe
 
 pytest.importorskip("skimage")  # the super-resolution recipe reads a package photograph
 
