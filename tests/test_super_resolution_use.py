@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from conftest import run_cli
-from upzoo.errors import ConfigError, DataError
-from upzoo.inference.tiled_upscaling import read_unit_image, receptive_radius, upscale
+from upzoo.errors import ConfigError, DataError, ShapeError
+from upzoo.inference.tiled_upscaling import read_unit_image, receptive_radius, tiled_output, upscale
 from upzoo.models import EDSR, ESPCN, RRDBNet
 from upzoo.prepare import prepare
 from upzoo.recipe import parse_recipe
@@ -142,11 +142,33 @@ def test_tiles_stitch_to_the_whole_image_result(net):
     image = torch.rand(3, 3 * tile + 1, 3 * tile + 7, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         whole = model(image[None])[0]
-    tiled = upscale(model, image, scale, tile=tile, halo=radius)
+    tiled = upscale(model, image, scale, tile=tile)  # the halo defaults to the receptive radius
     assert tiled.shape == whole.shape
     assert (tiled - whole).abs().max() <= 1e-5
-    short = upscale(model, image, scale, tile=tile, halo=0)
-    assert (short - whole).abs().max() > 1e-4  # tiles without a halo show their seams: the test can fail
+    assert torch.equal(upscale(model, image, scale, tile=tile, halo=radius), tiled)
+    short = tiled_output(model, image, scale, tile, 0, torch.device("cpu"))  # what a halo of 0 would give:
+    assert (short - whole).abs().max() > 1e-4  # seams, so the comparison above can fail
+    with pytest.raises(ConfigError, match=rf"upscale: halo 0 is smaller than this model's receptive radius \({radius} "):
+        upscale(model, image, scale, tile=tile, halo=0)
+
+
+@pytest.mark.parametrize(
+    "image, options, error, message",
+    [
+        (torch.randint(0, 255, (3, 40, 40), dtype=torch.uint8), {}, ConfigError,
+         r"upscale: image must be floats in \[0, 1\], got torch.uint8; convert with image.float\(\) / 255"),
+        (torch.rand(3, 40, 40) * 255, {}, ConfigError, r"upscale: image must be in \[0, 1\], got values in \[0"),
+        (torch.full((3, 40, 40), float("nan")), {}, ConfigError, r"upscale: image: 4800 of 4800 values are NaN"),
+        (torch.rand(1, 3, 40, 40), {}, ShapeError, r"upscale: image must be a \(C, H, W\) tensor, got \(1, 3, 40, 40\)"),
+        (torch.rand(1, 40, 40), {}, ShapeError, "upscale: this model takes 3 channels, the image has 1"),
+        (torch.rand(3, 40, 40), {"tile": 16.5}, ConfigError, r"upscale: tile must be a whole number >= 1, got 16.5"),
+        (torch.rand(3, 40, 40), {"tile": 32, "halo": -3}, ConfigError, r"upscale: halo must be a whole number >= 0"),
+        (torch.rand(3, 40, 40), {"tile": 8, "halo": 5}, ConfigError, r"keeps nothing of a halo of 5 on each side; use"),
+    ],
+)  # fmt: skip
+def test_upscale_refuses_bad_input_in_one_line(image, options, error, message):
+    with pytest.raises(error, match=message):
+        upscale(ESPCN(scale=2, channels=(8, 8)), image, 2, **options)
 
 
 def test_a_scale_the_model_was_not_trained_for_is_refused(sr_run):

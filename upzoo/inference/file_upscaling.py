@@ -15,7 +15,7 @@ import torch
 from upzoo.errors import ConfigError, DataError, UpzooError
 from upzoo.inference.files import named_inputs
 from upzoo.inference.run import planned_outputs
-from upzoo.inference.tiled_upscaling import read_unit_image, receptive_radius, upscale, write_unit_image
+from upzoo.inference.tiled_upscaling import read_unit_image, receptive_radius, tiled_output, write_unit_image
 from upzoo.runs.trained_model import LoadedModel
 from upzoo.runtime import FolderLock, atomic_write, autocast, terminate_as_interrupt
 
@@ -83,7 +83,7 @@ def _run(loaded, named, planned, tile, halo, device, amp, keep_going, progress) 
             continue
         began = time.perf_counter()
         with autocast("bf16" if amp else "none", device, "--amp"):
-            result = upscale(loaded.model, image, scale, tile=tile, halo=halo, device=device)
+            result = tiled_output(loaded.model, image, scale, tile, halo, device)
         write_unit_image(outputs["image"], result, bits)
         rows.append({"file": str(path), "output": str(outputs["image"]),
                      "input_size": f"{image.shape[1]}x{image.shape[2]}",

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from upzoo.errors import ConfigError, DataError
+from upzoo.checks import check_finite, check_positive_int
+from upzoo.errors import ConfigError, DataError, ShapeError
 
 __all__ = ["receptive_radius", "upscale", "read_unit_image", "write_unit_image"]
 
@@ -63,28 +64,91 @@ def _tile_starts(length: int, core: int) -> list[int]:
     return list(range(0, length, core))
 
 
+def _check_image(image: object, channels: int | None) -> torch.Tensor:
+    """``(C, H, W)`` floats in [0, 1] without NaN, or a one-line error saying how to get there.
+
+    Raises:
+        ShapeError: not a ``(C, H, W)`` tensor, or another channel count than the model's.
+        ConfigError: integer pixels (uint8), values outside [0, 1] (0-255 floats), NaN or inf.
+    """
+    if not isinstance(image, torch.Tensor) or image.ndim != 3:
+        shape = tuple(image.shape) if isinstance(image, torch.Tensor) else type(image).__name__
+        raise ShapeError(f"upscale: image must be a (C, H, W) tensor, got {shape}; add or drop the batch axis")
+    if channels is not None and image.shape[0] != channels:
+        raise ShapeError(f"upscale: this model takes {channels} channels, the image has {image.shape[0]}")
+    if not image.is_floating_point():
+        raise ConfigError(
+            f"upscale: image must be floats in [0, 1], got {image.dtype}; convert with image.float() / 255"
+        )
+    check_finite(image, "upscale: image")
+    low, high = float(image.min()), float(image.max())
+    if low < -1e-6 or high > 1 + 1e-6:
+        raise ConfigError(
+            f"upscale: image must be in [0, 1], got values in [{low:g}, {high:g}]; divide 0-255 pixels by 255"
+        )
+    return image
+
+
+def _check_tiling(model: nn.Module, channels: int, scale: int, tile: object, halo: object) -> tuple[int, int]:
+    """``(tile, halo)`` checked: the halo defaults to the model's receptive radius, and a smaller one
+    (whose tiles would show seams) is refused.
+
+    Raises:
+        ConfigError: a tile or halo that is not a whole number (>= 1, >= 0), a halo below the
+            receptive radius, or a tile that keeps nothing.
+    """
+    tile = check_positive_int(tile, "upscale: tile")
+    radius = receptive_radius(model, channels, scale)
+    halo = radius if halo is None else check_positive_int(halo, "upscale: halo", minimum=0)
+    if halo < radius:
+        raise ConfigError(
+            f"upscale: halo {halo} is smaller than this model's receptive radius ({radius} input pixels): the tiles "
+            f"would show seams; leave halo unset (it is the radius) or give >= {radius}"
+        )
+    if tile - 2 * halo < 1:
+        raise ConfigError(
+            f"upscale: a tile of {tile} pixels keeps nothing of a halo of {halo} on each side; use tile >= {2 * halo + 1}"
+        )
+    return tile, halo
+
+
 @torch.no_grad()
 def upscale(
-    model: nn.Module, image: torch.Tensor, scale: int, *, tile: int | None = None, halo: int = 0,
+    model: nn.Module, image: torch.Tensor, scale: int, *, tile: int | None = None, halo: int | None = None,
     device: torch.device | str = "cpu",
 ) -> torch.Tensor:  # fmt: skip
     """``(C, H, W)`` in [0, 1] -> ``(C, H * scale, W * scale)`` (not clamped), whole or in tiles of
-    ``tile`` input pixels (``halo`` of them context on each side, ``tile - 2 * halo`` kept).
+    ``tile`` input pixels whose outputs equal the whole image's: each tile reads ``halo`` pixels of
+    context on each side and keeps its ``tile - 2 * halo`` core. ``halo`` defaults to the model's
+    receptive radius (:func:`receptive_radius`, as ``upzoo predict --tile`` uses); a smaller one is
+    refused, since its tiles would show seams.
 
     Raises:
-        ConfigError: a tile that keeps nothing (``tile <= 2 * halo``), or a ``scale`` other than the
-            model's own (its ``scale`` attribute, where it has one).
+        ShapeError: not a ``(C, H, W)`` tensor, or another channel count than the model's.
+        ConfigError: integer or 0-255 pixels, NaN, a ``tile``/``halo`` that is not a whole number,
+            a halo below the receptive radius, a tile that keeps nothing, or a ``scale`` other than
+            the model's own (its ``scale`` attribute, where it has one).
     """
     trained = getattr(model, "scale", scale)
     if trained != scale:
         raise ConfigError(f"this model upscales x{trained}, not x{scale}: it works at the scale it was trained for")
-    height, width = image.shape[-2:]
+    image = _check_image(image, getattr(model, "in_channels", None))
     device = torch.device(device)
+    if tile is not None:
+        tile, halo = _check_tiling(model, image.shape[0], scale, tile, halo)
+    return tiled_output(model, image, scale, tile, halo or 0, device)
+
+
+@torch.no_grad()
+def tiled_output(
+    model: nn.Module, image: torch.Tensor, scale: int, tile: int | None, halo: int, device: torch.device
+) -> torch.Tensor:
+    """:func:`upscale`'s computation on an image and tiling already checked (``upzoo predict``
+    checks them once for all its files)."""
+    height, width = image.shape[-2:]
     if tile is None or (height <= tile and width <= tile):
         return model(image[None].to(device)).float().cpu()[0]
     core = tile - 2 * halo
-    if core < 1:
-        raise ConfigError(f"a tile of {tile} pixels keeps nothing of a halo of {halo} on each side; use a larger tile")
     out = torch.empty(image.shape[0], height * scale, width * scale)
     for top in _tile_starts(height, core):
         for left in _tile_starts(width, core):

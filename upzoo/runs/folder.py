@@ -119,6 +119,18 @@ class RunFolder:
                 f"(run.json); it was copied from another run folder: start a new run from it instead"
             )
 
+    def record_recipe_change(self, recipe: dict[str, Any], step: int, changes: list[str]) -> None:
+        """The folder's recipe of record becomes ``recipe`` (a run resumed at ``step`` with other
+        train or eval settings): ``recipe.yaml`` rewritten, ``run.json``'s digest updated and the
+        change added to its ``recipe_changes`` history (step, time, the keys with both values)."""
+        path = self.path / "run.json"
+        identity = json.loads(path.read_text())
+        when = time.strftime("%Y-%m-%dT%H:%M:%S")
+        history = [*identity.get("recipe_changes", []), {"step": step, "time": when, "changes": changes}]
+        identity.update(recipe_sha256=recipe_digest(recipe), recipe_changes=history)
+        self.write_recipe(recipe)
+        atomic_write(path, lambda tmp: tmp.write_text(json.dumps(identity)))
+
     def write_recipe(self, recipe_dict: dict[str, Any]) -> None:
         text = yaml.safe_dump(recipe_dict, sort_keys=False)
         atomic_write(self.path / "recipe.yaml", lambda tmp: tmp.write_text(text))
