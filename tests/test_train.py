@@ -604,3 +604,28 @@ def test_normalisation_must_fit_the_data_and_volumes_can_be_evaluated_whole(cach
     ]
     val = train(recipe, tmp_path / "whole", progress=False)["val"]  # 12x48x48 volumes run whole
     assert 0 <= val["miou"] <= 1
+
+
+def test_a_failing_end_of_run_check_still_closes_the_loggers_and_the_folder(cache, tmp_path, monkeypatch):
+    """The rank-consistency check runs after training: when it fails, the loggers and the run
+    folder's lock are released all the same (teardown on every exit)."""
+    import upzoo.train.engine as engine
+    from upzoo.prepare import prepare
+    from upzoo.runtime import FolderLock
+    from upzoo.train.loggers import TensorBoardLogger
+    from upzoo.train.task_factory import make_task
+
+    def differ(modules, ctx):
+        raise TrainingError("DDP ranks hold different parameters at the end of training: [1.0, 2.0]")
+
+    closed = []
+    close = TensorBoardLogger.close
+    monkeypatch.setattr(TensorBoardLogger, "close", lambda self: closed.append(self) or close(self))
+    monkeypatch.setattr(engine, "ranks_in_sync", differ)
+    recipe = parse_recipe(tiny(cache, max_steps=1, loggers=["csv", "tensorboard"]))
+    trainer = engine.Trainer(make_task(prepare(recipe)), tmp_path / "run", progress=False)
+    with pytest.raises(TrainingError, match="DDP ranks hold different parameters"):
+        trainer.fit()
+    assert len(closed) == 1 and trainer._released
+    with FolderLock(tmp_path / "run", busy="still locked"):  # the run's lock was released
+        pass

@@ -317,7 +317,13 @@ class Trainer(EngineContext):
             restore_deterministic(kernels_before)
             if bar is not None:
                 bar.close()  # before any error line: the bar must not share its line
-        return self._finish(last, interrupted, time.perf_counter() - started)
+        try:  # the summary's checks (ranks in sync) can fail too: teardown on every exit
+            summary = self._finish(last, interrupted, time.perf_counter() - started)
+        except BaseException:
+            self.release(failed=True)
+            raise
+        self.release()
+        return summary
 
     def _finish(self, last: dict[str, float], interrupted: bool, seconds: float) -> dict[str, Any]:
         best = self.best if self.best > float("-inf") else None
@@ -336,7 +342,6 @@ class Trainer(EngineContext):
         }
         if self.ctx.is_main:
             atomic_write(self.run.path / "summary.json", lambda tmp: tmp.write_text(to_json(summary)))
-        self.release()
         return summary
 
     def release(self, *, failed: bool = False) -> None:
