@@ -4,6 +4,8 @@ FD against torchmetrics with the same feature extractor; and their bad input."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import scipy.ndimage
@@ -31,28 +33,37 @@ from upzoo.metrics.spectrum import (
 
 
 # -- spectrum -----------------------------------------------------------------------------------------
-def reference_spectrum(images: np.ndarray) -> np.ndarray:
-    """The definition, one frequency at a time: grey image, |FFT|^2 / (H W), rings of rounded radius."""
-    n, _, h, w = images.shape
-    total = np.zeros(int(round(np.hypot(h // 2, w // 2))) + 1)
-    area = np.zeros_like(total)
-    for image in images.mean(1):
-        power = np.abs(np.fft.fft2(image)) ** 2 / (h * w)
-        for i in range(h):
-            for j in range(w):
-                u, v = (i if i <= h // 2 else i - h), (j if j <= w // 2 else j - w)
-                r = int(round(np.hypot(u, v)))
-                total[r] += power[i, j]
-                area[r] += 1 / n  # each frequency once over the n images
-    return total / area / n
+def authors_spectrum(images: torch.Tensor) -> np.ndarray:
+    """Schwarz et al.'s ``get_spectrum`` per channel, averaged over channels and images, ported from
+    autonomousvision/frequency_bias ``utils/spectrum.py`` (``batch_fft``, the duplicated Nyquist row
+    and column, ``roll_quadrants``, ``azimuthal_average`` with the radius floored), written plainly:
+    every grid entry added to the ring of its floored distance from the grid's centre."""
+    n, c, size, _ = images.shape
+    power = torch.fft.fftn(images.flatten(0, 1), dim=(1, 2)).abs().square()
+    if size % 2 == 0:  # the authors duplicate the Nyquist row and column (index N/2)
+        half = size // 2
+        power = torch.cat([power[:, : half + 1], power[:, half : half + 1], power[:, half + 1 :]], dim=1)
+        power = torch.cat([power[:, :, : half + 1], power[:, :, half : half + 1], power[:, :, half + 1 :]], dim=2)
+    grid = power.shape[-1]
+    power = power.roll((grid // 2, grid // 2), dims=(1, 2))  # roll_quadrants: the mean to the centre
+    centre = (grid - 1) / 2
+    rows, cols = np.meshgrid(np.arange(grid), np.arange(grid), indexing="ij")
+    rings = np.floor(np.hypot(rows - centre, cols - centre)).astype(int)
+    profile = np.zeros((n * c, rings.max() + 1))
+    for ring in range(rings.max() + 1):
+        profile[:, ring] = power.numpy()[:, rings == ring].mean(1)
+    return profile.reshape(n, c, -1).mean((0, 1))
 
 
-@pytest.mark.parametrize("size", [(16, 16), (15, 15)])
-def test_radial_spectrum_follows_its_definition(size):
-    images = torch.rand(3, 3, *size, dtype=torch.float64)
+@pytest.mark.parametrize("size", [16, 15, 8])
+def test_radial_spectrum_is_the_authors_definition(size):
+    images = torch.rand(3, 3, size, size, dtype=torch.float64)
     ours = radial_power_spectrum(images)
-    reference = reference_spectrum(images.numpy())
-    np.testing.assert_allclose(ours, reference[: len(ours)], rtol=1e-10)
+    reference = authors_spectrum(images) / size**2  # upzoo divides the power by H W (white noise: its variance)
+    assert len(ours) == math.floor(math.sqrt(2) * (size // 2 if size % 2 == 0 else (size - 1) / 2)) + 1
+    np.testing.assert_allclose(ours, reference, rtol=1e-10)
+    grey = radial_power_spectrum(images.mean(1, keepdim=True))  # not the spectrum of the channels' mean
+    assert not np.allclose(grey, ours, rtol=1e-3)
 
 
 @pytest.mark.parametrize("size", [(32, 64), (16, 128), (12, 20)])
@@ -70,7 +81,7 @@ def test_known_spectra():
     assert np.allclose(flat, 0.05**2, rtol=0.08)
     board = torch.tensor([[(i + j) % 2 for j in range(n)] for i in range(n)], dtype=torch.float64)[None, None]
     spectrum = radial_power_spectrum(board)
-    corner = round(np.sqrt(2) * n / 2)
+    corner = math.floor(np.sqrt(2) * n / 2)
     assert set(np.flatnonzero(spectrum)) == {0, corner}  # the mean, and the corner frequency only
     yy = torch.arange(n, dtype=torch.float64)
     smooth = (0.5 + 0.25 * torch.cos(2 * np.pi * 3 * yy / n))[None, None, :, None].expand(1, 1, n, n)
@@ -96,7 +107,7 @@ def test_spectral_error_and_decay():
     radii = np.arange(1, 24, dtype=float)
     power_law = np.concatenate([[1.0], 3.0 * radii**-2.5])
     assert spectral_decay(power_law).decay == pytest.approx(2.5)
-    with pytest.raises(ShapeError, match="spectra of 24 and 46 rings: the generated and real images differ in size"):
+    with pytest.raises(ShapeError, match="spectra of 23 and 46 rings: the generated and real images differ in size"):
         spectral_error(real, radial_power_spectrum(torch.rand(2, 3, 64, 64)))
 
 

@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 import yaml
-from conftest import run_cli, small_recipe, small_volume_recipe
 
+from conftest import run_cli, small_recipe, small_volume_recipe
 from upzoo.errors import ConfigError
 from upzoo.prepare import prepare
 from upzoo.recipe import parse_recipe
@@ -25,7 +25,9 @@ from upzoo.train.resume import resume_recipe
 @pytest.fixture
 def short_run(tmp_path):
     """A 2-step segmentation run (AdamW, lr 0.01, poly) and the file of its recipe."""
-    recipe = small_recipe(tmp_path / "cache", train={"max_steps": 2, "lr": 0.01, "weight_decay": 0.0001, "log_every": 1})
+    recipe = small_recipe(
+        tmp_path / "cache", train={"max_steps": 2, "lr": 0.01, "weight_decay": 0.0001, "log_every": 1}
+    )
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
     train(parse_recipe(recipe), tmp_path / "run", progress=False)
@@ -96,7 +98,9 @@ def test_a_change_of_channels_under_auto_strides_is_a_difference(tmp_path):
     planned = yaml.safe_load((tmp_path / "run" / "recipe.yaml").read_text())["model"]
     assert planned["channels"] == [4, 8] and planned["strides"] != "auto"
     assert resume_recipe(tmp_path / "run", path).model.options["channels"] == [4, 8]  # the same recipe resumes
-    with pytest.raises(ConfigError, match=r"cannot change model.channels \(model.channels: \[4, 8\] there, \[4, 16\] here\)"):
+    with pytest.raises(
+        ConfigError, match=r"cannot change model.channels \(model.channels: \[4, 8\] there, \[4, 16\] here\)"
+    ):
         resume_recipe(tmp_path / "run", path, overrides=["model.channels=[4,16]"])
 
 

@@ -148,7 +148,9 @@ def test_tiles_stitch_to_the_whole_image_result(net):
     assert torch.equal(upscale(model, image, scale, tile=tile, halo=radius), tiled)
     short = tiled_output(model, image, scale, tile, 0, torch.device("cpu"))  # what a halo of 0 would give:
     assert (short - whole).abs().max() > 1e-4  # seams, so the comparison above can fail
-    with pytest.raises(ConfigError, match=rf"upscale: halo 0 is smaller than this model's receptive radius \({radius} "):
+    with pytest.raises(
+        ConfigError, match=rf"upscale: halo 0 is smaller than this model's receptive radius \({radius} "
+    ):
         upscale(model, image, scale, tile=tile, halo=0)
 
 

@@ -9,12 +9,16 @@ al., CVPR 2021: changing only the last upsampling layer changes the high-frequen
 Definitions (square images ``(N, C, N, N)``, values in [0, 1] or uint8 0..255, scaled to [0, 1]; images
 that are not square are refused, since one set of rings cannot reach both axes' Nyquist frequency):
 
-- Each image is averaged over its channels (luminance-free grey), its 2D DFT taken, and the power
-  ``|F(u, v)|^2 / (H W)`` averaged over rings of integer radius ``r = round(sqrt(u^2 + v^2))``
-  (``u, v`` the signed integer frequencies, so the corners reach ``r = round(sqrt(2) * N / 2)``).
-  The set's spectrum is the mean over its images: each image's DFT in its own precision (float32
-  for uint8 and float32 images), the sums over images in float64. White noise of variance
-  ``s^2`` has the flat spectrum ``s^2``; a pure checkerboard puts all its power in the corner ring.
+- Schwarz et al.'s definition (``utils/spectrum.py`` of autonomousvision/frequency_bias): each
+  channel of each image is a 2D signal of its own; its DFT's power ``|F(u, v)|^2 / (H W)`` is laid
+  on the centred grid of signed frequencies ``u, v`` (for even ``N`` the Nyquist row and column
+  appear at both ends, ``-N/2`` and ``+N/2``, as the authors duplicate them) and averaged over rings
+  of integer radius ``r = floor(sqrt(u^2 + v^2))`` (the corners reach ``r = floor(sqrt(2) * N / 2)``).
+  The set's spectrum is the mean over its images and channels: each DFT in its input's precision
+  (float32 for uint8 and float32 images), the sums in float64. The one difference from the authors:
+  the power is divided by ``H W`` (they use the unnormalised DFT), so that white noise of variance
+  ``s^2`` has the flat spectrum ``s^2``; every ratio (the spectral error) and the decay are the
+  same. A pure checkerboard puts all its power in the corner ring.
 - The spectral error (Schwarz et al., "On the Frequency Bias of Generative Models", NeurIPS 2021):
   ``e(r) = S_gen(r) / S_real(r) - 1`` per ring, and its summary, the mean ``|e(r)|`` over the upper
   half of the frequencies that both axes measure: the rings ``N / 4 < r <= N / 2`` (0.25 to 0.5
@@ -54,18 +58,22 @@ __all__ = [
 
 
 def _ring_index(height: int, width: int, device: torch.device) -> torch.Tensor:
+    """Each rfft2 coefficient's ring: the floor of its frequency radius (Nyquist at ``N / 2``)."""
     u = torch.fft.fftfreq(height, 1 / height, device=device, dtype=torch.float64)
     v = torch.fft.rfftfreq(width, 1 / width, device=device, dtype=torch.float64)
-    return torch.sqrt(u[:, None] ** 2 + v[None, :] ** 2).round().long()
+    return torch.sqrt(u[:, None] ** 2 + v[None, :] ** 2).floor().long()
 
 
-def _rfft_weights(width: int, device: torch.device) -> torch.Tensor:
-    """How often each rfft column stands for a column of the full spectrum (1 or 2)."""
-    weights = torch.full((width // 2 + 1,), 2.0, dtype=torch.float64, device=device)
-    weights[0] = 1.0
-    if width % 2 == 0:
-        weights[-1] = 1.0
-    return weights
+def _rfft_weights(height: int, width: int, device: torch.device) -> torch.Tensor:
+    """How often each rfft2 coefficient stands on the authors' centred grid: columns ``0 < v < N/2``
+    twice (``-v`` and ``+v``), the Nyquist row and column twice too (the grid holds them at both
+    ends), the zero column once."""
+    columns = torch.full((width // 2 + 1,), 2.0, dtype=torch.float64, device=device)
+    columns[0] = 1.0
+    rows = torch.ones(height, dtype=torch.float64, device=device)
+    if height % 2 == 0:
+        rows[height // 2] = 2.0
+    return rows[:, None] * columns[None, :]
 
 
 def as_unit_images(images: torch.Tensor, what: str = "images") -> torch.Tensor:
@@ -112,12 +120,13 @@ def _finite_images(images: torch.Tensor) -> torch.Tensor:
 
 class RadialSpectrum(StreamingMetric):
     """The azimuthally averaged power spectrum of a set of images, accumulated batch by batch (states:
-    the sum over images of each ring's mean power, and the count; both summed across DDP ranks).
+    the sum over images and channels of each ring's mean power, and the count of channel images;
+    both summed across DDP ranks).
 
     >>> spectrum = RadialSpectrum()
     >>> spectrum.update(torch.rand(8, 3, 32, 32))
-    >>> spectrum.compute().shape  # rings 0..round(sqrt(2) * 16)
-    (24,)
+    >>> spectrum.compute().shape  # rings 0..floor(sqrt(2) * 16)
+    (23,)
 
     Args:
         unit_range: images are uint8 or floats in [0, 1] (checked); ``False`` takes any finite
@@ -145,9 +154,9 @@ class RadialSpectrum(StreamingMetric):
             ShapeError: a size other than the earlier batches'.
         """
         if self._geometry is None:
-            rings, weights = _ring_index(*size, device), _rfft_weights(size[1], device)
+            rings, weights = _ring_index(*size, device), _rfft_weights(*size, device)
             area = torch.zeros(int(rings.max()) + 1, dtype=torch.float64, device=device)
-            area.index_add_(0, rings.flatten(), weights.expand_as(rings).flatten())
+            area.index_add_(0, rings.flatten(), weights.flatten())
             self._geometry = (size, rings, weights, area)
         elif size != self._geometry[0]:
             raise ShapeError(f"all images of a spectrum need one size: {self._geometry[0]} so far, then {size}")
@@ -161,7 +170,7 @@ class RadialSpectrum(StreamingMetric):
         """
         x = as_unit_images(images) if self.unit_range else _finite_images(images)
         # float64 input stays float64 (the sums are float64 anyway); half precision has no CPU FFT
-        x = (x.float() if x.dtype in (torch.float16, torch.bfloat16) else x).mean(1)
+        x = (x.float() if x.dtype in (torch.float16, torch.bfloat16) else x).flatten(0, 1)  # a channel an image
         size = tuple(x.shape[-2:])
         if size[0] != size[1]:
             raise ShapeError(
@@ -203,16 +212,17 @@ def radial_power_spectrum(images: torch.Tensor, batch_size: int = 1024) -> np.nd
 
 
 def _nyquist(spectrum: np.ndarray) -> int:
-    """The Nyquist radius (``N / 2``) of the square ``N x N`` images whose spectrum has these rings."""
-    return round((len(spectrum) - 1) / np.sqrt(2))
+    """The Nyquist radius (``N / 2``) of the square ``N x N`` images whose spectrum has these rings
+    (the last ring is ``floor(sqrt(2) * N / 2)``, which only ``N / 2`` gives)."""
+    return math.ceil((len(spectrum) - 1) / math.sqrt(2) - 1e-9)
 
 
 def ring_frequencies(spectrum: np.ndarray) -> np.ndarray:
-    """Each ring's radial frequency in cycles per pixel (``r / N``: 0.5 is Nyquist, the corners
-    reach ``sqrt(2) / 2``) for a radial spectrum of ``N x N`` images.
+    """Each ring's radial frequency in cycles per pixel (``r / N``, the ring's inner edge: ring ``r``
+    holds the radii in ``[r, r + 1)``; 0.5 is Nyquist) for a radial spectrum of ``N x N`` images.
 
-    >>> ring_frequencies(np.zeros(24))[[0, 16, 23]].tolist()  # 32x32 images
-    [0.0, 0.5, 0.71875]
+    >>> ring_frequencies(np.zeros(23))[[0, 16, 22]].tolist()  # 32x32 images
+    [0.0, 0.5, 0.6875]
     """
     return np.arange(len(spectrum)) / (2 * _nyquist(spectrum))
 

@@ -46,7 +46,9 @@ class EqualizedConv2d(nn.Module):
 
 
 class _Stage(nn.Module):
-    """pixel norm -> (upsampler) -> equalised 3x3 conv -> LeakyReLU(0.2), twice: PGGAN's stage."""
+    """(upsampler) -> equalised 3x3 conv -> LeakyReLU(0.2) -> pixel norm, twice: PGGAN's stage
+    (``PN(act(conv(x)))`` in the authors' ``G_paper``), so every stage's output, the last one's
+    before the 1x1 ToRGB too, is pixel-normalised."""
 
     def __init__(self, up: nn.Module | None, in_channels: int, channels: int, out_channels: int) -> None:
         super().__init__()
@@ -55,9 +57,8 @@ class _Stage(nn.Module):
         self.conv2 = EqualizedConv2d(channels, out_channels, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = pixel_norm(x)
-        x = F.leaky_relu(self.conv1(x if self.up is None else self.up(x)), 0.2)
-        return F.leaky_relu(self.conv2(pixel_norm(x)), 0.2)
+        x = pixel_norm(F.leaky_relu(self.conv1(x if self.up is None else self.up(x)), 0.2))
+        return pixel_norm(F.leaky_relu(self.conv2(x), 0.2))
 
 
 def _expansion(upsampler: str, options: dict[str, Any]) -> int:

@@ -4,10 +4,10 @@ what its spectrum gets wrong is the architecture's doing, not the adversary's. A
 the PSNR, the power spectrum and the spectral error per ring are written to the run
 (``spectra.csv``, ``spectrum_evolution.png``, ``spectral_error_evolution.png``).
 
-Spectra as the testbed defines them: each channel's azimuthally averaged power spectrum, averaged
-over channels and images, of the generator's raw output and of the real images in [-1, 1]
-(no clamping; :class:`~upzoo.metrics.spectrum.RadialSpectrum` rings). PSNR on 8-bit images, per
-image, averaged."""
+Spectra as the testbed defines them (:mod:`upzoo.metrics.spectrum`, the one definition): each
+channel's azimuthally averaged power spectrum (rings of floored radius, the Nyquist row and column
+counted at both ends), averaged over channels and images, of the generator's raw output and of the
+real images in [-1, 1] (no clamping). PSNR on 8-bit images, per image, averaged."""
 
 from __future__ import annotations
 
@@ -38,11 +38,12 @@ _COLUMNS = ["step", "ring", "cycles_per_pixel", "real", "generated", "error"]
 
 
 def channel_spectrum(images: torch.Tensor) -> np.ndarray:
-    """The mean over images and channels of each channel's radial power spectrum, ``(R,)``, of
-    ``(N, C, H, W)`` square images of any finite values."""
+    """:func:`~upzoo.metrics.spectrum.radial_power_spectrum` (the authors' definition: each channel's
+    spectrum, averaged over channels and images), ``(R,)``, of ``(N, C, H, W)`` square images of any
+    finite values (the generator's raw output, before any clamping)."""
     spectrum = RadialSpectrum(unit_range=False, sync_on_compute=False)
     for batch in images.split(100):
-        spectrum.update(batch.reshape(-1, 1, *batch.shape[2:]))  # every channel an image of its own
+        spectrum.update(batch)
     return spectrum.compute()
 
 
