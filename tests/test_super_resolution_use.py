@@ -161,7 +161,7 @@ def test_tiles_stitch_to_the_whole_image_result(net):
          r"upscale: image must be floats in \[0, 1\], got torch.uint8; convert with image.float\(\) / 255"),
         (torch.rand(3, 40, 40) * 255, {}, ConfigError, r"upscale: image must be in \[0, 1\], got values in \[0"),
         (torch.full((3, 40, 40), float("nan")), {}, ConfigError, r"upscale: image: 4800 of 4800 values are NaN"),
-        (torch.rand(1, 3, 40, 40), {}, ShapeError, r"upscale: image must be a \(C, H, W\) tensor, got \(1, 3, 40, 40\)"),
+        (torch.rand(1, 3, 40, 40), {}, ShapeError, r"image must be a \(C, H, W\) tensor, got \(1, 3, 40, 40\)"),
         (torch.rand(1, 40, 40), {}, ShapeError, "upscale: this model takes 3 channels, the image has 1"),
         (torch.rand(3, 40, 40), {"tile": 16.5}, ConfigError, r"upscale: tile must be a whole number >= 1, got 16.5"),
         (torch.rand(3, 40, 40), {"tile": 32, "halo": -3}, ConfigError, r"upscale: halo must be a whole number >= 0"),

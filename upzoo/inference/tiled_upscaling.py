@@ -107,7 +107,8 @@ def _check_tiling(model: nn.Module, channels: int, scale: int, tile: object, hal
         )
     if tile - 2 * halo < 1:
         raise ConfigError(
-            f"upscale: a tile of {tile} pixels keeps nothing of a halo of {halo} on each side; use tile >= {2 * halo + 1}"
+            f"upscale: a tile of {tile} pixels keeps nothing of a halo of {halo} on each side; "
+            f"use tile >= {2 * halo + 1}"
         )
     return tile, halo
 
