@@ -276,3 +276,29 @@ def test_anyup_window_is_a_fraction():
     for bad in (True, "0.1"):
         with pytest.raises(ConfigError, match=r"anyup.window: expected a number, got"):
             _block("anyup", 2, window=bad)
+
+
+def test_pixel_coordinates_stay_float32_under_bf16():
+    """JAFAR and AnyUp rotate queries and keys by their pixel coordinates, AnyUp's windows and
+    LoftUp's Fourier features read them too: in bf16, 448 rows fall on 288 distinct values."""
+    from upzoo.upsamplers.feature_attention import window_mask
+    from upzoo.upsamplers.image_guided import pixel_centres
+
+    like = torch.zeros(1, dtype=torch.bfloat16)
+    rows = pixel_centres(0, 448, 448, like)
+    assert rows.dtype == torch.float32 and len(rows.unique()) == 448
+    rounded = ((torch.arange(448, dtype=torch.bfloat16) + 0.5) / 448).float()  # what bf16 coordinates were
+    assert len(rounded.unique()) < 300
+    assert not torch.equal(window_mask(rows, rows[:8], 32, 32, 0.01), window_mask(rounded, rows[:8], 32, 32, 0.01))
+    seen = []
+    options = {"spatial_dims": 2, "in_channels": 8, "out_channels": 8, "scale": 14, "guide_channels": 3}
+    jafar = create_upsampler("jafar", qk_dim=16, **options)
+    original = type(jafar.rope).forward
+    jafar.rope.forward = lambda x, r, c: seen.append((r.dtype, len(r.unique()))) or original(jafar.rope, x, r, c)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        encoded = jafar.encoded(torch.rand(1, 3, 448, 14).to(torch.bfloat16), 0, 448)
+    assert seen == [(torch.float32, 448)] and encoded.dtype == torch.bfloat16
+    loftup = create_upsampler("loftup", **options)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inputs = loftup._inputs(torch.rand(1, 3, 448, 14).to(torch.bfloat16), 0, 448)
+    assert inputs.dtype == torch.bfloat16 and torch.isfinite(inputs.float()).all()

@@ -32,16 +32,18 @@ class AxialRope(nn.Module):
         )  # fmt: skip
 
     def forward(self, x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-        freqs = self.freqs.to(x.dtype)
+        freqs = self.freqs.to(rows.dtype)  # the angles in the coordinates' precision (float32 at least)
         row_angle = (rows[:, None] * freqs)[:, None, :]  # (H, 1, C/4)
         col_angle = (cols[:, None] * freqs)[None, :, :]  # (1, W, C/4)
+        (row_cos, row_sin), (col_cos, col_sin) = [(t.cos().to(x.dtype), t.sin().to(x.dtype))
+                                                  for t in (row_angle, col_angle)]  # fmt: skip
         a, b, c, d = x.chunk(4, dim=-1)
         return torch.cat(
             [
-                a * row_angle.cos() - b * row_angle.sin(),
-                a * row_angle.sin() + b * row_angle.cos(),
-                c * col_angle.cos() - d * col_angle.sin(),
-                c * col_angle.sin() + d * col_angle.cos(),
+                a * row_cos - b * row_sin,
+                a * row_sin + b * row_cos,
+                c * col_cos - d * col_sin,
+                c * col_sin + d * col_cos,
             ],
             dim=-1,
         )

@@ -25,10 +25,14 @@ __all__ = [
 Band = tuple[int, int] | None
 
 
-def pixel_centres(count: int | torch.SymInt, like: torch.Tensor) -> torch.Tensor:
-    """``(count,)`` pixel centres in ``[0, 1]``: ``(i + 0.5) / count`` — the frame in which a
-    high-resolution query and a low-resolution key of the same image share coordinates."""
-    return (torch.arange(count, device=like.device, dtype=like.dtype) + 0.5) / count
+def pixel_centres(start: int | torch.SymInt, stop: int | torch.SymInt, total: int | torch.SymInt,
+                  like: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """``(stop - start,)`` pixel centres in ``[0, 1]``: ``(i + 0.5) / total`` for ``i`` in
+    ``[start, stop)`` — the frame in which a high-resolution query and a low-resolution key of the
+    same image share coordinates. Always float32 or wider, whatever ``like``'s dtype: in bf16 the
+    448 rows of a 448-pixel image fall on 288 distinct values (windows and rotations move)."""
+    dtype = torch.promote_types(like.dtype, torch.float32)
+    return (torch.arange(start, stop, device=like.device, dtype=dtype) + 0.5) / total
 
 
 def halo_rows(band: Band, halo: int, height: int | torch.SymInt) -> tuple:

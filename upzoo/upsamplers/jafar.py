@@ -14,7 +14,7 @@ from torch.utils.checkpoint import checkpoint
 from upzoo.checks import check_positive_int
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.feature_attention import AxialRope, FeatureCrossAttention
-from upzoo.upsamplers.image_guided import Band, ImageGuidedUpsampler, PointwiseEncoder, halo_rows
+from upzoo.upsamplers.image_guided import Band, ImageGuidedUpsampler, PointwiseEncoder, halo_rows, pixel_centres
 
 __all__ = ["JafarUpsampler"]
 
@@ -94,8 +94,7 @@ class JafarUpsampler(ImageGuidedUpsampler):
         """The rotary-encoded image encoding of guide rows ``[top, bottom)``, ``(B, rows, W, qk)``."""
         height, width = guide.shape[-2:]
         encoding = self.image_encoder(guide[..., top:bottom, :].permute(0, 2, 3, 1))
-        rows = (torch.arange(top, bottom, device=guide.device, dtype=encoding.dtype) + 0.5) / height
-        cols = (torch.arange(width, device=guide.device, dtype=encoding.dtype) + 0.5) / width
+        rows, cols = pixel_centres(top, bottom, height, encoding), pixel_centres(0, width, width, encoding)
         return self.rope(encoding, rows, cols)
 
     def pooled_keys(self, guide: torch.Tensor, ratio: tuple[int, int], encoded: torch.Tensor | None) -> torch.Tensor:
@@ -134,13 +133,13 @@ class JafarUpsampler(ImageGuidedUpsampler):
         encoded = None if self.banded(height) else self.encoded(guide, 0, height)  # computed once for keys and queries
         keys = self.keys(x, self.pooled_keys(guide, ratio, encoded)).flatten(1, 2)  # (B, hw, qk)
         values = x.flatten(2).transpose(1, 2)  # (B, hw, C)
-        cols = (torch.arange(width, device=x.device, dtype=x.dtype) + 0.5) / width
+        cols = pixel_centres(0, width, width, x)
 
         def rows_of(band: Band) -> torch.Tensor:
             q = self.queries(guide, band, encoded)
             n = q.shape[-2]
             start = 0 if band is None else band[0]
-            rows = (torch.arange(start, start + n, device=x.device, dtype=x.dtype) + 0.5) / height
+            rows = pixel_centres(start, start + n, height, x)
             out = self.attention(q.permute(0, 2, 3, 1).flatten(1, 2), keys, values, self.mask(rows, cols, (h, w)))
             return out.transpose(1, 2).reshape(b, c, n, width)
 

@@ -14,7 +14,7 @@ from torch import nn
 from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError
 from upzoo.registry import register_upsampler
-from upzoo.upsamplers.image_guided import Band, ChannelNorm, ImageGuidedUpsampler, halo_rows
+from upzoo.upsamplers.image_guided import Band, ChannelNorm, ImageGuidedUpsampler, halo_rows, pixel_centres
 
 __all__ = ["LoftupUpsampler", "fourier_features"]
 
@@ -141,11 +141,10 @@ class LoftupUpsampler(ImageGuidedUpsampler):
         """Normalised Fourier features and colour of guide rows ``[top, bottom)``."""
         height, width = guide.shape[-2:]
         image = guide[..., top:bottom, :] - 0.5
-        rows = (torch.arange(top, bottom, device=guide.device, dtype=guide.dtype) + 0.5) / height * 2 - 1
-        cols = (torch.arange(width, device=guide.device, dtype=guide.dtype) + 0.5) / width * 2 - 1
+        rows, cols = pixel_centres(top, bottom, height, guide) * 2 - 1, pixel_centres(0, width, width, guide) * 2 - 1
         grid = torch.stack(torch.meshgrid(rows, cols, indexing="ij")).expand(image.shape[0], 2, -1, -1)
-        values = torch.cat([grid, image], dim=1)
-        encoded = fourier_features(values, self.query_freqs.to(guide.dtype), self.query_phase)
+        values = torch.cat([grid, image.to(grid.dtype)], dim=1)  # the Fourier features in float32 at least
+        encoded = fourier_features(values, self.query_freqs.to(grid.dtype), self.query_phase).to(guide.dtype)
         return self.norm0(torch.cat([encoded, image], dim=1))
 
     def queries(self, guide: torch.Tensor, band: Band) -> torch.Tensor:
@@ -161,10 +160,9 @@ class LoftupUpsampler(ImageGuidedUpsampler):
     def key_values(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, h*w, C + 20)``: the features and the sine encoding of their cell centres."""
         b, _, h, w = x.shape
-        rows = (torch.arange(h, device=x.device, dtype=x.dtype) + 0.5) / h * 2 - 1
-        cols = (torch.arange(w, device=x.device, dtype=x.dtype) + 0.5) / w * 2 - 1
+        rows, cols = pixel_centres(0, h, h, x) * 2 - 1, pixel_centres(0, w, w, x) * 2 - 1
         grid = torch.stack(torch.meshgrid(rows, cols, indexing="ij")).expand(b, 2, -1, -1)
-        encoding = fourier_features(grid, self.key_freqs.to(x.dtype), self.key_phase)
+        encoding = fourier_features(grid, self.key_freqs.to(grid.dtype), self.key_phase).to(x.dtype)
         return torch.cat([x, encoding], dim=1).flatten(2).transpose(1, 2)
 
     def lift(self, x: torch.Tensor, guide: torch.Tensor, ratio: tuple[int, int]) -> torch.Tensor:
