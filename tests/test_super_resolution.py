@@ -138,6 +138,40 @@ def test_upscale_equals_basicsr_imresize(scale):
     assert (ours - basicsr_imresize(image, scale)).abs().max() < 1e-4
 
 
+def matlab_contributions(in_length: int, out_length: int, scale: float) -> np.ndarray:
+    """MATLAB's ``imresize`` weights along one axis, one output sample at a time, from its
+    ``contributions`` function: Keys' cubic (a = -0.5) widened by 1 / scale when shrinking, ``left =
+    floor(u - width / 2)``, ``ceil(width) + 2`` taps, rows normalised, then the indices mapped through
+    ``aux = [1:n, n:-1:1]`` with ``mod``: a periodic mirror, also for kernels wider than the image."""
+
+    def cubic(x: float) -> float:
+        a = abs(x)
+        return (1.5 * a**3 - 2.5 * a**2 + 1) * (a <= 1) + (-0.5 * a**3 + 2.5 * a**2 - 4 * a + 2) * (1 < a <= 2)
+
+    width = 4 / scale if scale < 1 else 4.0
+    aux = list(range(1, in_length + 1)) + list(range(in_length, 0, -1))
+    matrix = np.zeros((out_length, in_length))
+    for x in range(1, out_length + 1):
+        u = x / scale + 0.5 * (1 - 1 / scale)
+        taps = [math.floor(u - width / 2) + p for p in range(math.ceil(width) + 2)]
+        weights = [scale * cubic(scale * (u - j)) if scale < 1 else cubic(u - j) for j in taps]
+        for j, w in zip(taps, weights):
+            matrix[x - 1, aux[(j - 1) % len(aux)] - 1] += w / sum(weights)
+    return matrix
+
+
+@pytest.mark.parametrize(
+    "in_length, out_length, scale",
+    [(8, 1, 1 / 8), (4, 1, 1 / 4), (3, 1, 1 / 3), (6, 2, 1 / 3), (12, 3, 1 / 4), (5, 10, 2.0)],
+)
+def test_the_resize_matrix_is_matlabs_also_for_kernels_wider_than_the_image(in_length, out_length, scale):
+    np.testing.assert_allclose(resize_matrix(in_length, out_length, scale).numpy(),
+                               matlab_contributions(in_length, out_length, scale), atol=1e-12)  # fmt: skip
+    image = _photo_like(1, (1, 8, 8)).double()
+    expected = matlab_contributions(8, 1, 1 / 8) @ image[0].numpy() @ matlab_contributions(8, 1, 1 / 8).T
+    assert bicubic_downscale(image, 8)[0].numpy() == pytest.approx(expected, abs=1e-12)
+
+
 def test_downscale_equals_torch_antialiased_bicubic_inside_the_image():
     """An independent implementation of the same kernel: equal away from the edges, where PyTorch
     renormalises instead of mirroring."""

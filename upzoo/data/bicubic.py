@@ -3,7 +3,8 @@ papers train and test with (DIV2K's, Set5's and BasicSR's low-resolution images 
 
 Each output sample is a weighted sum of input samples along one axis: the cubic kernel of Keys
 with ``a = -0.5``, stretched by ``1 / scale`` when shrinking (the antialiasing), weights normalised
-to sum to one, and the image extended at its edges by mirror symmetry (``x[-1] = x[0]``). Along
+to sum to one, and the image extended at its edges by mirror symmetry (``x[-1] = x[0]``), repeated
+periodically as MATLAB's ``[1:n, n:-1:1]`` where the kernel is wider than twice the image. Along
 an axis this is a matrix, built once for a pair of lengths; the resize of an image is
 ``rows @ image @ cols.T``. PyTorch's ``interpolate(mode="bicubic", antialias=True)`` uses the same
 kernel but renormalises the weights at the edges instead of mirroring, so the two agree inside the
@@ -47,10 +48,11 @@ def resize_matrix(in_length: int, out_length: int, scale: float) -> torch.Tensor
     distance = centre[:, None] - index
     weights = scale * _cubic(distance * scale) if scale < 1 else _cubic(distance)
     weights = weights / weights.sum(1, keepdim=True)
-    index = index.long() - 1  # 0-based; mirror at the edges: -1 -> 0, -2 -> 1, n -> n - 1, ...
-    index = torch.where(index < 0, -index - 1, index)
-    index = torch.where(index >= in_length, 2 * in_length - 1 - index, index)
-    index = index.clamp(0, in_length - 1)  # kernels wider than the image mirror once, as MATLAB's
+    # 0-based; mirrored periodically as MATLAB's [1:n, n:-1:1] (-1 -> 0, -2 -> 1, n -> n - 1, and a
+    # kernel wider than twice the image wraps around again instead of stopping at the edge)
+    period = 2 * in_length
+    index = torch.remainder(index.long() - 1, period)
+    index = torch.where(index >= in_length, period - 1 - index, index)
     matrix = torch.zeros(out_length, in_length, dtype=torch.float64)
     matrix.scatter_add_(1, index, weights)
     return matrix
