@@ -340,13 +340,55 @@ def test_train_and_held_out_photographs_do_not_overlap():
 def test_training_pairs_depend_only_on_seed_epoch_and_index():
     pytest.importorskip("skimage")
     from upzoo.data.package_images import package_image_path
-    from upzoo.data.super_resolution import SuperResolutionPatches, degrade
+    from upzoo.data.super_resolution import SuperResolutionPatches
 
     data = SuperResolutionPatches([package_image_path("chelsea")], 3, 3, (48, 48), patches_per_image=4)
     first = data[2]
     assert first["image"].shape == (3, 16, 16) and first["target"].shape == (3, 48, 48)
     assert torch.equal(data[2]["target"], first["target"]) and not torch.equal(data[1]["target"], first["target"])
-    assert torch.equal(first["image"], degrade(first["target"], 3))
     assert torch.equal(first["image"], torch.round(first["image"] * 255) / 255)  # 8-bit, as the papers' PNGs
     data.epoch = 1
     assert not torch.equal(data[2]["target"], first["target"])
+
+
+def _augmented(patch: torch.Tensor, flip_w: bool, flip_h: bool, transpose: bool) -> torch.Tensor:
+    patch = patch.flip([2]) if flip_w else patch
+    patch = patch.flip([1]) if flip_h else patch
+    return patch.transpose(1, 2) if transpose else patch
+
+
+def test_training_pairs_are_paired_crops_of_the_degraded_whole_image():
+    """BasicSR's paired_random_crop: the low-resolution crop is cut from the whole image's
+    degradation at the same place as the high-resolution crop (not the crop degraded on its own,
+    whose mirrored borders differ), and both get the same flips and rotation."""
+    pytest.importorskip("skimage")
+    import itertools
+
+    from upzoo.data.io import read_image
+    from upzoo.data.package_images import package_image_path
+    from upzoo.data.super_resolution import SuperResolutionPatches, degrade, mod_crop
+
+    path, scale, crop = package_image_path("chelsea"), 4, 48
+    whole = torch.from_numpy(mod_crop(read_image(path, channels=3), scale).copy()).permute(2, 0, 1).float() / 255
+    low = degrade(whole, scale)
+    data = SuperResolutionPatches([path], scale, 3, (crop, crop), patches_per_image=6)
+    own_borders = []
+    for item in (data[i] for i in range(6)):
+        found = []
+        corners = whole[:, : whole.shape[1] - crop + 1 : scale, : whole.shape[2] - crop + 1 : scale]
+        for flips in itertools.product((False, True), repeat=3):
+            undone = item["target"]  # undo the flips in reverse order: each is its own inverse
+            undone = undone.transpose(1, 2) if flips[2] else undone
+            undone = undone.flip([1]) if flips[1] else undone
+            undone = undone.flip([2]) if flips[0] else undone
+            for t, l in (corners == undone[:, :1, :1]).all(0).nonzero().tolist():  # candidates by one pixel
+                top, left = t * scale, l * scale
+                if torch.equal(whole[:, top : top + crop, left : left + crop], undone):
+                    found.append((flips, t, l))
+        assert found, "the target is a crop of the image"
+        flips, top, left = found[0]
+        assert torch.equal(
+            item["image"], _augmented(low[:, top : top + crop // scale, left : left + crop // scale], *flips)
+        )
+        own_borders.append(float((degrade(item["target"], scale) != item["image"]).float().mean()))
+    assert max(own_borders) > 0.05  # a crop degraded on its own differs: the pairing is what the test checks

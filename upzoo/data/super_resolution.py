@@ -2,9 +2,13 @@
 (``image``), both in [0, 1]. The low-resolution image is rounded to 8 bits, as the PNG files of
 DIV2K and Set5 are, so a figure here is measured like a paper's.
 
-Training items are random ``crop_size`` crops (a multiple of the scale) with the usual flips and
-90-degree rotations, ``patches_per_image`` per image and epoch, drawn from (seed, epoch, index)
-only. Held-out items are whole images cropped to a multiple of the scale at the bottom and right
+Training items are paired random crops, as BasicSR's ``paired_random_crop``: each whole image is
+mod-cropped and degraded once, and a ``crop_size`` crop (a multiple of the scale) of the
+high-resolution image is taken with the crop of the low-resolution image at the same place (so the
+low-resolution crop is the degraded whole image's, not a degradation of the crop with
+its own mirrored borders), then both get the same flips and 90-degree rotations;
+``patches_per_image`` per image and epoch, drawn from (seed, epoch, index) only. Held-out items
+are whole images cropped to a multiple of the scale at the bottom and right
 (BasicSR's ``mod_crop``). Sources: the embedded street scenes, a Cityscapes layout, a folder with
 ``train``/``val`` subfolders, or the package photographs (:mod:`upzoo.data.package_images`).
 """
@@ -53,6 +57,13 @@ def mod_crop(array: np.ndarray, scale: int) -> np.ndarray:
     return array[: height - height % scale, : width - width % scale]
 
 
+@functools.lru_cache(maxsize=16)
+def _degraded(path: Path, channels: int, scale: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mod-cropped image ``(C, H, W)`` and its low-resolution version ``(C, H / s, W / s)``."""
+    target = _tensor(mod_crop(_read(path, channels), scale))
+    return target, degrade(target, scale)
+
+
 class _Pairs(Dataset):
     def __init__(self, sources: Sequence[Path], scale: int, channels: int) -> None:
         if not sources:
@@ -92,18 +103,22 @@ class SuperResolutionPatches(_Pairs):
                 f"{self.sources[source]}: the image is {height}x{width}, smaller than the training crop {ch}x{cw}; "
                 f"lower data.crop_size or leave the image out"
             )
+        target, low = _degraded(self.sources[source], self.channels, self.scale)
+        s = self.scale
         rng = np.random.default_rng(sample_seed(self.seed, self.epoch, index))
-        top, left = int(rng.integers(0, height - ch + 1)), int(rng.integers(0, width - cw + 1))
-        patch = image[top : top + ch, left : left + cw]
+        top = int(rng.integers(0, (target.shape[1] - ch) // s + 1))  # in low-resolution pixels
+        left = int(rng.integers(0, (target.shape[2] - cw) // s + 1))
+        pair = [
+            target[:, top * s : top * s + ch, left * s : left * s + cw],
+            low[:, top : top + ch // s, left : left + cw // s],
+        ]
         if self.augment:
-            if rng.random() < 0.5:
-                patch = patch[:, ::-1]
-            if rng.random() < 0.5:
-                patch = patch[::-1]
+            for flip in ([2], [1]):
+                if rng.random() < 0.5:
+                    pair = [p.flip(flip) for p in pair]
             if ch == cw and rng.random() < 0.5:
-                patch = patch.swapaxes(0, 1)
-        target = _tensor(patch)
-        return {"image": degrade(target, self.scale), "target": target}
+                pair = [p.transpose(1, 2) for p in pair]
+        return {"image": pair[1].contiguous(), "target": pair[0].contiguous()}
 
 
 def _check_sizes(sources: Sequence[Path], crop: tuple[int, int], what: str = "the training crop") -> None:
