@@ -227,7 +227,7 @@ def test_y_channel_and_psnr_facts():
 def test_image_quality_streams_the_mean_of_per_image_values():
     a, b = _photo_like(1, (3, 40, 40))[None], _photo_like(2, (3, 40, 40))[None]
     c, d = _photo_like(3, (3, 30, 50))[None], _photo_like(4, (3, 30, 50))[None]
-    metric = ImageQuality(crop_border=3)
+    metric = ImageQuality(crop_border=3, y_channel=True)
     metric.update(a, b)
     metric.update(c, d)
     expected = (
@@ -235,6 +235,26 @@ def test_image_quality_streams_the_mean_of_per_image_values():
     ) / 2
     assert metric.compute()["psnr"] == pytest.approx(expected, abs=1e-12)
     assert metric.compute()["images"] == 2
+    each = [float(psnr(x, y, crop_border=3, y_channel=True)[0]) for x, y in ((a, b), (c, d))]
+    assert metric.per_image()[0] == pytest.approx(each, abs=1e-12)
+    default = ImageQuality()  # the functions' defaults: RGB, no border
+    default.update(a, b)
+    assert default.compute()["psnr"] == pytest.approx(float(psnr(a, b)[0]), abs=1e-12)
+    assert default.compute()["ssim"] == pytest.approx(float(ssim(a, b)[0]), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda x: psnr(x * 255, x), r"image quality: output must be in \[0, 1\], got values in \[0, 2\d\d"),
+        (lambda x: ssim(x, x * 2 - 1), r"image quality: target must be in \[0, 1\], got values in \[-1"),
+        (lambda x: psnr(x, x, y_channel="no"), "y_channel must be True or False, got 'no'"),
+        (lambda x: ImageQuality(y_channel="yes"), "y_channel must be True or False, got 'yes'"),
+    ],
+)
+def test_image_quality_refuses_other_ranges_and_flags_in_one_line(call, message):
+    with pytest.raises(ConfigError, match=message):
+        call(_photo_like(5, (3, 32, 32))[None])
 
 
 @pytest.mark.parametrize(

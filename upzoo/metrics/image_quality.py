@@ -45,6 +45,13 @@ def _prepared(output: torch.Tensor, target: torch.Tensor, crop_border: int, y_ch
         if value.ndim != 4:
             raise ShapeError(f"image quality: {name} must be images (B, C, H, W), got shape {tuple(value.shape)}")
         check_finite(value, f"image quality {name}")
+        low, high = float(value.min()), float(value.max())
+        if low < 0 or high > 1:
+            raise ConfigError(
+                f"image quality: {name} must be in [0, 1], got values in [{low:.4g}, {high:.4g}]; divide 0-255 "
+                f"images by 255, map [-1, 1] with (x + 1) / 2, and clamp a network's output to [0, 1]"
+            )
+    _check_flag(y_channel, "y_channel")
     if output.shape != target.shape:
         raise ShapeError(f"image quality: output {tuple(output.shape)} and target {tuple(target.shape)} differ")
     crop = check_positive_int(crop_border, "crop_border", minimum=0)
@@ -146,9 +153,22 @@ def psnr_ssim(
     return ImageScores(_psnr(a, b).to(output.device), _ssim(a, b).to(output.device))
 
 
+def _check_flag(value: object, name: str) -> bool:
+    """A bool, refused otherwise (``'no'`` is not False).
+
+    Raises:
+        ConfigError: naming the value.
+    """
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 class ImageQuality(StreamingMetric):
     """Streaming mean PSNR and SSIM over a test set (per-image values, float64 sums): ``update``
-    with batches of outputs and targets (any sizes batch to batch), then ``compute``.
+    with batches of outputs and targets (any sizes batch to batch), then ``compute``. Its defaults
+    are :func:`psnr`'s and :func:`ssim`'s (``crop_border=0``, ``y_channel=False``: RGB); a paper's
+    super-resolution figure is ``crop_border=scale, y_channel=True``, as the SR task measures it.
 
     >>> metric = ImageQuality(crop_border=2, y_channel=True)
     >>> x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
@@ -159,9 +179,9 @@ class ImageQuality(StreamingMetric):
     metric that one rank alone computes (see :class:`~upzoo.metrics.StreamingMetric`).
     """
 
-    def __init__(self, *, crop_border: int = 0, y_channel: bool = True, sync_on_compute: bool = True) -> None:
+    def __init__(self, *, crop_border: int = 0, y_channel: bool = False, sync_on_compute: bool = True) -> None:
         self.crop_border = check_positive_int(crop_border, "crop_border", minimum=0)
-        self.y_channel = bool(y_channel)
+        self.y_channel = _check_flag(y_channel, "y_channel")
         super().__init__(sync_on_compute=sync_on_compute)
         self.add_state("psnr_values", None, "cat")  # one float64 value per image
         self.add_state("ssim_values", None, "cat")
@@ -171,6 +191,10 @@ class ImageQuality(StreamingMetric):
         values = psnr_ssim(output, target, crop_border=self.crop_border, y_channel=self.y_channel)
         self.psnr_values.append(values[0].double().cpu())
         self.ssim_values.append(values[1].double().cpu())
+
+    def per_image(self) -> tuple[list[float], list[float]]:
+        """The PSNR and the SSIM of every image so far, in the order they came."""
+        return tuple(torch.cat(values).tolist() if values else [] for values in (self.psnr_values, self.ssim_values))
 
     def compute(self) -> dict[str, float]:
         """``psnr`` and ``ssim``: the means over the images so far (NaN before any)."""

@@ -15,7 +15,7 @@ from torch import nn
 
 from upzoo.data.bicubic import imresize
 from upzoo.metrics.checkerboard import image_checkerboard
-from upzoo.metrics.image_quality import psnr, psnr_ssim
+from upzoo.metrics.image_quality import ImageQuality
 from upzoo.metrics.spectrum import empty_rings, radial_power_spectrum, spectral_error
 from upzoo.models import build_model
 from upzoo.models.super_resolution import SRDiscriminator
@@ -25,7 +25,13 @@ from upzoo.train.tasks import Task
 if TYPE_CHECKING:
     from upzoo.prepare import Prepared
 
-__all__ = ["SuperResolutionTask", "evaluate_super_resolution", "image_metrics", "bicubic_upscale"]
+__all__ = [
+    "SuperResolutionTask",
+    "ImageSetScores",
+    "evaluate_super_resolution",
+    "image_metrics",
+    "bicubic_upscale",
+]
 
 METRICS = ("psnr_y", "ssim_y", "psnr_rgb", "spectral_error", "checkerboard")
 
@@ -42,23 +48,41 @@ def _square(images: torch.Tensor) -> torch.Tensor:
     return images[..., top : top + side, left : left + side]
 
 
+class ImageSetScores:
+    """The task's metrics over a set of images, one object for SR and one for bicubic: PSNR/SSIM on
+    the Y channel and RGB PSNR as :class:`~upzoo.metrics.ImageQuality` measures them (BasicSR's
+    convention: ``scale`` border pixels cropped; outputs rounded to 8 bits first, as a saved image
+    is), the spectral error (NaN for a target with frequency rings of no power, flat or band-limited
+    images: the means skip it) and the checkerboard score. Each rank measures every held-out image,
+    so nothing is synced."""
+
+    def __init__(self, scale: int) -> None:
+        self.scale = scale
+        self.y = ImageQuality(crop_border=scale, y_channel=True, sync_on_compute=False)
+        self.rgb = ImageQuality(crop_border=scale, y_channel=False, sync_on_compute=False)
+        self.spectral: list[dict[str, float]] = []
+
+    def update(self, output: torch.Tensor, target: torch.Tensor) -> None:
+        """One ``(1, C, H, W)`` output against its high-resolution target, both in [0, 1]."""
+        output = torch.round(output.clamp(0, 1) * 255.0) / 255.0
+        self.y.update(output, target)
+        self.rgb.update(output, target)
+        real = radial_power_spectrum(_square(target))
+        error = math.nan if empty_rings(real).size else spectral_error(radial_power_spectrum(_square(output)), real)[1]
+        self.spectral.append({"spectral_error": error, "checkerboard": image_checkerboard(output, period=self.scale)})
+
+    def rows(self) -> list[dict[str, float]]:
+        """Per image: ``psnr_y``, ``ssim_y``, ``psnr_rgb``, ``spectral_error``, ``checkerboard``."""
+        (psnr_y, ssim_y), (psnr_rgb, _) = self.y.per_image(), self.rgb.per_image()
+        return [{"psnr_y": p, "ssim_y": s, "psnr_rgb": r, **extra}
+                for p, s, r, extra in zip(psnr_y, ssim_y, psnr_rgb, self.spectral)]  # fmt: skip
+
+
 def image_metrics(output: torch.Tensor, target: torch.Tensor, scale: int) -> dict[str, float]:
-    """The task's metrics of one ``(1, C, H, W)`` output against its high-resolution target, both
-    in [0, 1] (the output rounded to 8 bits first, as a saved image is). The spectral error is NaN
-    for a target with frequency rings of no power (flat or band-limited images): the means skip it."""
-    output = torch.round(output.clamp(0, 1) * 255.0) / 255.0
-    crop = {"crop_border": scale}
-    real = radial_power_spectrum(_square(target))
-    # a flat or band-limited image has rings without power: no spectral error for it
-    error = math.nan if empty_rings(real).size else spectral_error(radial_power_spectrum(_square(output)), real)[1]
-    psnr_y, ssim_y = psnr_ssim(output, target, y_channel=True, **crop)
-    return {
-        "psnr_y": float(psnr_y[0]),
-        "ssim_y": float(ssim_y[0]),
-        "psnr_rgb": float(psnr(output, target, **crop)[0]),
-        "spectral_error": error,
-        "checkerboard": image_checkerboard(output, period=scale),
-    }
+    """:class:`ImageSetScores` of one ``(1, C, H, W)`` output against its target."""
+    scores = ImageSetScores(scale)
+    scores.update(output, target)
+    return scores.rows()[0]
 
 
 def _means(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -75,11 +99,11 @@ def evaluate_super_resolution(
     model: nn.Module, dataset: Any, scale: int, device: torch.device, precision: Callable, keep: int = 4
 ) -> tuple[dict[str, Any], list[tuple[torch.Tensor, ...]]]:
     """Every held-out image of ``dataset`` upscaled whole by ``model`` and by bicubic interpolation:
-    the means and the per-image rows of :func:`image_metrics`, and ``keep`` (LR, bicubic, SR, HR)
+    the means and the per-image rows of :class:`ImageSetScores`, and ``keep`` (LR, bicubic, SR, HR)
     examples for the figure."""
     was_training = model.training
     model.eval()
-    rows, examples = [], []
+    network, bicubic_scores, names, examples = ImageSetScores(scale), ImageSetScores(scale), [], []
     try:
         for index in range(len(dataset)):
             item = dataset[index]
@@ -87,14 +111,17 @@ def evaluate_super_resolution(
             with precision():
                 output = model(low.to(device)).float().cpu()
             bicubic = bicubic_upscale(low, scale)
-            row = {"image": item["name"], **image_metrics(output, target, scale)}
-            row |= {f"bicubic_{k}": v for k, v in image_metrics(bicubic, target, scale).items()}
-            rows.append(row)
+            network.update(output, target)
+            bicubic_scores.update(bicubic, target)
+            names.append(item["name"])
             if len(examples) < keep:
                 examples.append((low[0], bicubic[0], output[0].clamp(0, 1), target[0]))
     finally:
         model.train(was_training)
-    bicubic = {f"bicubic_{k}": v for k, v in _means([{k: r[f"bicubic_{k}"] for k in METRICS} for r in rows]).items()}
+    theirs = bicubic_scores.rows()
+    rows = [{"image": name, **ours, **{f"bicubic_{k}": v for k, v in base.items()}}
+            for name, ours, base in zip(names, network.rows(), theirs)]  # fmt: skip
+    bicubic = {f"bicubic_{k}": v for k, v in _means(theirs).items()}
     return {**_means(rows), **bicubic, "per_image": rows, "images": len(rows)}, examples
 
 
