@@ -321,7 +321,7 @@ def test_build_model_validates_the_spec():
         build_model({"architecture": "unet", "spatial_dims": 2, "in_channels": 3, "num_classes": "4"})
     with pytest.raises(ConfigError, match="model: missing required key\\(s\\): num_classes"):
         build_model({"architecture": "unet", "spatial_dims": 2, "in_channels": 3})
-    with pytest.raises(ConfigError, match="model.architecture: .*did you mean 'dcgan'"):
+    with pytest.raises(RegistryError, match="model.architecture: unknown architecture .*did you mean 'dcgan'"):
         build_model({"architecture": "dcgann"})
 
 

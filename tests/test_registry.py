@@ -244,31 +244,81 @@ def test_a_registered_architecture_trains_from_a_recipe_like_a_built_in(tmp_path
         assert recipe.task == "segmentation"
         summary = train(recipe, tmp_path / "run", progress=False)
         assert summary["steps"] == 1 and 0 <= summary["val"]["miou"] <= 1
-        with pytest.raises(ConfigError, match=r"architecture 'tiny_segmenter' is registered already"):
-            register_architecture("tiny_segmenter", tiny_segmenter)
+        with pytest.raises(RegistryError, match=r"architecture 'tiny_segmenter' is registered twice: by "):
+            register_architecture("tiny_segmenter", lambda: nn.Identity())
         with pytest.raises(ConfigError, match=r"depth"):  # its keys are its builder's arguments
             parse_recipe({**small_recipe(tmp_path / "cache"), "model": {**model, "depth": 2}})
     finally:
-        del ARCHITECTURES["tiny_segmenter"]
+        ARCHITECTURES.unregister("tiny_segmenter")
 
 
 @pytest.mark.parametrize(
-    ("name", "task", "message"),
+    ("name", "builder", "options", "message"),
     [
-        ("TinyNet", "segmentation", r"lowercase snake case, e.g. 'my_unet', got 'TinyNet'"),
-        ("tiny_net", "detection", r"task must be one of segmentation, gan, super_resolution, .* got 'detection'"),
-        ("unet", "segmentation", r"architecture 'unet' is registered already"),
+        ("TinyNet", nn.Identity, {}, r"architecture names are lowercase snake case and not a Python keyword, "),
+        ("lambda", nn.Identity, {}, r"not a Python keyword, like 'my_architecture', got 'lambda'"),
+        ("tiny_net", nn.Identity, {"task": "detection"},
+         r"task must be one of segmentation, gan, super_resolution, .* got 'detection'"),
+        ("unet", nn.Identity, {}, r"architecture 'unet' is registered twice: by upzoo.models.unet:UNet and by "),
+        ("tiny_net", 5, {}, r"architecture 'tiny_net' from .* is not callable: got 5"),
+        ("tiny_net", nn.Identity, {"latent_input": "yes"}, r"latent_input must be True or False, got 'yes'"),
     ],
-)
-def test_bad_architecture_registrations_are_refused(name, task, message):
-    from upzoo import register_architecture
+)  # fmt: skip
+def test_bad_architecture_registrations_are_refused(name, builder, options, message):
+    from upzoo import list_architectures, register_architecture
 
-    with pytest.raises(ConfigError, match=message):
-        register_architecture(name, nn.Identity, task=task)
+    before = list_architectures()
+    with pytest.raises(RegistryError, match=message):
+        register_architecture(name, builder, **options)
+    assert list_architectures() == before
+
+
+def test_architectures_share_the_blocks_registry_listing_and_plugins(monkeypatch):
+    """One registry class: wildcard listing, by task, did-you-mean, entry-point plugins."""
+    import importlib.metadata
+
+    from upzoo import list_architectures
+    from upzoo.models.factory import ARCHITECTURES, architecture_info
+
+    assert list_architectures("*gan*") == ["dcgan", "pggan"]
+    assert list_architectures(task="super_resolution") == ["edsr", "espcn", "rrdbnet"]
+
+    def plugin_net(*, width: int = 2) -> nn.Module:
+        return nn.Conv2d(3, width, 1)
+
+    plugin_net.task = "gan"
+    plugin_net.latent_input = True
+    entries = [_FakeEntryPoint("plugin_net", plugin_net)]
+    real = importlib.metadata.entry_points
+
+    def entry_points(group=None, **kw):
+        return entries if group == "upzoo.architectures" else real(group=group, **kw)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    try:
+        ARCHITECTURES.reload_plugins()
+        info = architecture_info("plugin_net")
+        assert info.task == "gan" and info.latent_input and "plugin package 'fake-plugin'" in info.origin
+    finally:
+        monkeypatch.undo()
+        ARCHITECTURES.reload_plugins()
+    assert "plugin_net" not in list_architectures()
+
+
+class _FakeEntryPoint:
+    def __init__(self, name, target):
+        self.name, self.value, self._target = name, f"fake_plugin:{name}", target
+        self.module = "fake_plugin"
+        self.dist = type("Dist", (), {"name": "fake-plugin"})()
+
+    def load(self):
+        return self._target
 
 
 def test_an_unknown_architecture_names_the_registered_ones():
     from upzoo.models import build_model
 
-    with pytest.raises(ConfigError, match=r"model.architecture: expected one of unet, .*pggan, got 'pgan'.*pggan"):
+    with pytest.raises(
+        RegistryError, match=r"model.architecture: unknown architecture 'pgan'; registered: .*pggan.*pggan"
+    ):
         build_model({"architecture": "pgan"})

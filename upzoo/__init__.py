@@ -8,7 +8,14 @@ torch.Size([1, 4, 10, 14])
 
 from upzoo.errors import ConfigError, DataError, RegistryError, ShapeError, UpzooError
 from upzoo.filters import MaskedGaussianBlur, masked_gaussian_blur  # registers the post-filter
-from upzoo.models import DCGANDiscriminator, DCGANGenerator, UNet, build_model, register_architecture
+from upzoo.models import (
+    DCGANDiscriminator,
+    DCGANGenerator,
+    UNet,
+    build_model,
+    list_architectures,
+    register_architecture,
+)
 from upzoo.models.backbones import register_run_reader
 from upzoo.registry import create_upsampler, list_upsamplers, register_upsampler, upsampler_info
 from upzoo.upsamplers import Upsampler  # registers the built-in blocks
@@ -28,6 +35,7 @@ __all__ = [
     "DCGANDiscriminator",
     "build_model",
     "register_architecture",
+    "list_architectures",
     "UpzooError",
     "ConfigError",
     "RegistryError",

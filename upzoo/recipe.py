@@ -256,7 +256,7 @@ def recipe_json_schema() -> dict[str, Any]:
         model_config = ConfigDict(extra="forbid", title="upzoo recipe")
         model: dict[str, Any] = Field(
             description="architecture plus the keyword arguments of its constructor (see docs/recipes.md)",
-            json_schema_extra={"properties": {"architecture": {"enum": list(ARCHITECTURES), "default": "unet"}}},
+            json_schema_extra={"properties": {"architecture": {"enum": ARCHITECTURES.names(), "default": "unet"}}},
         )
         data: DataConfig = Field(default_factory=DataConfig)
         train: TrainConfig = Field(default_factory=TrainConfig)

@@ -1,8 +1,11 @@
-"""The registry of upsampling blocks and post-filters.
+"""The one registry class: of upsampling blocks and post-filters (here) and of model architectures
+(:data:`upzoo.models.factory.ARCHITECTURES`), with one name rule, wildcard listing, did-you-mean
+and entry-point plugins for both.
 
 Built-ins register with :func:`register_upsampler`; third-party packages add blocks through the
-entry-point group ``upzoo.upsamplers`` (``name = package.module:Factory``), loaded once, lazily, on the
-first lookup. Every block is created the same way::
+entry-point group ``upzoo.upsamplers`` (``name = package.module:Factory``; architectures through
+``upzoo.architectures``), loaded once, lazily, on the first lookup. Every block is created the
+same way::
 
     create_upsampler("pixel_shuffle", spatial_dims=2, in_channels=64, out_channels=32, scale=2)
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import importlib.metadata
 import inspect
+import keyword
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -26,6 +30,8 @@ from upzoo.runtime import warnings_at_caller
 __all__ = [
     "BlockInfo",
     "Registry",
+    "block_info",
+    "origin_of",
     "PluginWarning",
     "UPSAMPLERS",
     "register_upsampler",
@@ -82,8 +88,10 @@ class BlockInfo:
         return any(p.kind is p.VAR_KEYWORD for p in params)
 
 
-def _origin(factory: Callable[..., Any]) -> str:
-    return f"{factory.__module__}:{getattr(factory, '__qualname__', repr(factory))}"
+def origin_of(factory: Callable[..., Any]) -> str:
+    """``module:QualName`` of a factory (of anything, for the message that refuses it)."""
+    module = getattr(factory, "__module__", None) or type(factory).__module__
+    return f"{module}:{getattr(factory, '__qualname__', repr(factory))}"
 
 
 def _first_line(factory: Callable[..., Any]) -> str:
@@ -91,73 +99,76 @@ def _first_line(factory: Callable[..., Any]) -> str:
     return doc.strip().splitlines()[0].rstrip(".") if doc.strip() else ""
 
 
+def block_info(
+    name: str, factory: Callable[..., nn.Module], origin: str, *, kind: Kind | None = None,
+    spatial_dims: tuple[int, ...] | None = None, description: str | None = None,
+) -> BlockInfo:  # fmt: skip
+    """A block's entry: ``kind``, ``spatial_dims`` and ``description`` default to the factory's
+    ``kind`` and ``supported_spatial_dims`` attributes and the first line of its docstring."""
+    return BlockInfo(
+        name=name,
+        factory=factory,
+        kind=kind or getattr(factory, "kind", "upsampler"),
+        spatial_dims=tuple(spatial_dims or getattr(factory, "supported_spatial_dims", (2, 3))),
+        description=description or _first_line(factory),
+        origin=origin,
+    )
+
+
 class Registry:
-    """A name -> factory table with wildcard listing and entry-point plugins.
+    """A name -> factory table with wildcard listing and entry-point plugins, for blocks and for
+    architectures alike: ``make_info(name, factory, origin, **fields)`` builds an entry (an object
+    with ``name``, ``factory`` and ``origin``) from what :meth:`register` was given, or from the
+    factory's attributes for a plugin.
 
     Args:
         entry_point_group: the ``importlib.metadata`` group plugins register under.
-        what: the word used in error messages (``"upsampler"``).
+        what: the word used in error messages (``"upsampler"``, ``"architecture"``).
+        make_info: builds an entry (default: :func:`block_info`).
     """
 
-    def __init__(self, entry_point_group: str, what: str = "upsampler") -> None:
-        self._entries: dict[str, BlockInfo] = {}
+    def __init__(self, entry_point_group: str, what: str = "upsampler", make_info: Callable[..., Any] | None = None):
+        self._entries: dict[str, Any] = {}
         self._group = entry_point_group
         self._what = what
+        self._make_info = make_info or block_info
         self._plugins_loaded = False
-        self._shadowed_by_plugins: dict[str, BlockInfo | None] = {}  # what each plugin entry replaced
+        self._shadowed_by_plugins: dict[str, Any] = {}  # what each plugin entry replaced
 
     # -- registering -------------------------------------------------------------------------------
     def register(
-        self,
-        name: str,
-        *,
-        kind: Kind | None = None,
-        spatial_dims: tuple[int, ...] | None = None,
-        description: str | None = None,
-        override: bool = False,
+        self, name: str, *, override: bool = False, **fields: Any
     ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
-        """Decorator registering a block class or factory function under ``name``.
-
-        ``kind``, ``spatial_dims`` and ``description`` default to the factory's ``kind`` and
-        ``supported_spatial_dims`` attributes and the first line of its docstring.
+        """Decorator registering a class or factory function under ``name`` (``fields``: the
+        entry's other fields, e.g. a block's ``kind``).
 
         Raises:
             RegistryError: bad name, or the name is taken and ``override`` is false.
         """
 
         def decorator(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-            self.add(
-                self._make_info(name, factory, kind, spatial_dims, description, _origin(factory)), override=override
-            )
+            self.add(self.make(name, factory, origin_of(factory), **fields), override=override)
             return factory
 
         return decorator
 
-    def _make_info(
-        self,
-        name: str,
-        factory: Callable[..., nn.Module],
-        kind: Kind | None,
-        spatial_dims: tuple[int, ...] | None,
-        description: str | None,
-        origin: str,
-    ) -> BlockInfo:
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
+    def make(self, name: str, factory: Callable[..., nn.Module], origin: str, **fields: Any) -> Any:
+        """An entry for ``name``, checked: lowercase snake case and not a Python keyword, a callable
+        factory, and whatever ``make_info`` checks of the fields.
+
+        Raises:
+            RegistryError: a bad name or a factory that is not callable, naming where it came from.
+        """
+        if not isinstance(name, str) or not _NAME.fullmatch(name) or keyword.iskeyword(name):
             raise RegistryError(
-                f"{self._what} names are lowercase snake case like 'pixel_shuffle', got {name!r} from {origin}"
+                f"{self._what} names are lowercase snake case and not a Python keyword, like 'my_{self._what}', "
+                f"got {name!r} from {origin}"
             )
         if not callable(factory):
-            raise RegistryError(f"{self._what} {name!r} from {origin} is not callable")
-        return BlockInfo(
-            name=name,
-            factory=factory,
-            kind=kind or getattr(factory, "kind", "upsampler"),
-            spatial_dims=tuple(spatial_dims or getattr(factory, "supported_spatial_dims", (2, 3))),
-            description=description or _first_line(factory),
-            origin=origin,
-        )
+            raise RegistryError(f"{self._what} {name!r} from {origin} is not callable: got {factory!r}")
+        return self._make_info(name, factory, origin, **fields)
 
-    def add(self, info: BlockInfo, *, override: bool = False) -> None:
+    def add(self, info: Any, *, override: bool = False) -> None:
         """Add a prepared entry; see :meth:`register`."""
         existing = self._entries.get(info.name)
         if existing is not None and not override and existing.factory is not info.factory:
@@ -175,12 +186,12 @@ class Registry:
     def _load_plugins(self) -> None:
         if self._plugins_loaded:
             return
-        staged: list[BlockInfo] = []
+        staged: list[Any] = []
         for ep in importlib.metadata.entry_points(group=self._group):
             package = ep.dist.name if ep.dist is not None else ep.module
             try:
                 factory = ep.load()
-                info = self._make_info(ep.name, factory, None, None, None, f"plugin package {package!r} ({ep.value})")
+                info = self.make(ep.name, factory, f"plugin package {package!r} ({ep.value})")
             except Exception as exc:  # a broken plugin must not take the built-ins down
                 warnings.warn(
                     f"upzoo: skipped the {self._what} plugin {ep.name!r} from package {package!r}: "
@@ -214,7 +225,7 @@ class Registry:
         self._load_plugins()
 
     # -- looking up --------------------------------------------------------------------------------
-    def info(self, name: str) -> BlockInfo:
+    def info(self, name: str) -> Any:
         """The entry for ``name``.
 
         Raises:
@@ -229,13 +240,15 @@ class Registry:
                 f"unknown {self._what} {name!r}; registered: {', '.join(names)}{did_you_mean(str(name), names)}"
             ) from None
 
-    def names(self, pattern: str = "*", *, kind: Kind | None = None) -> list[str]:
-        """Sorted names matching a shell-style ``pattern`` (``"*shuffle*"``), optionally of one kind."""
+    def names(self, pattern: str = "*", **where: Any) -> list[str]:
+        """Sorted names matching a shell-style ``pattern`` (``"*shuffle*"``), optionally only entries
+        whose fields equal ``where`` (``kind="post_filter"``, ``task="gan"``; ``None`` is any)."""
         self._load_plugins()
+        wanted = {k: v for k, v in where.items() if v is not None}
         return sorted(
             n
             for n, info in self._entries.items()
-            if fnmatch.fnmatchcase(n, pattern) and (kind is None or info.kind == kind)
+            if fnmatch.fnmatchcase(n, pattern) and all(getattr(info, k) == v for k, v in wanted.items())
         )
 
     def create(self, name: str, /, **kwargs: Any) -> nn.Module:

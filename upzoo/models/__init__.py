@@ -11,6 +11,7 @@ from upzoo.models.factory import (
     architecture_info,
     build_discriminator,
     build_model,
+    list_architectures,
     register_architecture,
 )
 from upzoo.models.feature_models import FeatureUpsampler, LinearProbe
@@ -45,6 +46,7 @@ __all__ = [
     "build_model",
     "register_architecture",
     "architecture_info",
+    "list_architectures",
     "ArchitectureInfo",
     "build_discriminator",
     "ModelSpec",

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import nn
 
-from upzoo.errors import ConfigError, did_you_mean
+from upzoo.errors import ConfigError, RegistryError
 from upzoo.models.dcgan import DCGANDiscriminator, DCGANGenerator
 from upzoo.models.feature_models import FeatureUpsampler, LinearProbe
 from upzoo.models.pggan import PGGANGenerator
@@ -17,11 +17,12 @@ from upzoo.models.smp_adapter import smp_unet
 from upzoo.models.smp_decoders import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
 from upzoo.models.super_resolution import EDSR, ESPCN, RRDBNet
 from upzoo.models.unet import UNet
+from upzoo.registry import Registry, origin_of
 from upzoo.validation import validate_kwargs
 
 __all__ = [
     "ModelSpec", "build_model", "build_discriminator", "register_architecture", "architecture_info",
-    "ArchitectureInfo", "ARCHITECTURES", "TASKS",
+    "list_architectures", "architecture_entry", "ArchitectureInfo", "ARCHITECTURES", "TASKS",
 ]  # fmt: skip
 
 #: what trains a model (``Recipe.task``): its loss, evaluation and checkpoint kind
@@ -30,19 +31,48 @@ TASKS = ("segmentation", "gan", "super_resolution", "feature_upsampling", "gener
 
 @dataclass(frozen=True)
 class ArchitectureInfo:
-    """What upzoo knows about an architecture: its builder (the constructor whose keyword arguments
-    are the recipe's ``model`` keys), the task that trains it, and what its input is: latent vectors
-    ``(B, latent_dim)`` (generators) or pixels in [0, 1] that a frozen backbone normalises itself."""
+    """What upzoo knows about an architecture: its builder (``factory``: the constructor whose
+    keyword arguments are the recipe's ``model`` keys), the task that trains it, what its input is
+    (latent vectors ``(B, latent_dim)`` for generators, or pixels in [0, 1] that a frozen backbone
+    normalises itself) and where it was registered."""
 
     name: str
-    builder: Callable[..., nn.Module]
+    factory: Callable[..., nn.Module]
     task: str = "segmentation"
     latent_input: bool = False
     frozen_backbone: bool = False
+    origin: str = ""
+
+    @property
+    def builder(self) -> Callable[..., nn.Module]:
+        """The constructor (``factory``, as the registry calls every entry's)."""
+        return self.factory
 
 
-#: every architecture by name (the built-ins below; others through :func:`register_architecture`)
-ARCHITECTURES: dict[str, ArchitectureInfo] = {}
+def architecture_entry(
+    name: str, factory: Callable[..., nn.Module], origin: str, *, task: str | None = None,
+    latent_input: bool | None = None, frozen_backbone: bool | None = None,
+) -> ArchitectureInfo:  # fmt: skip
+    """An architecture's registry entry; unset fields from the factory's attributes of the same
+    names (how a plugin says them), else ``segmentation``, ``False``, ``False``.
+
+    Raises:
+        RegistryError: a task that is not one of :data:`TASKS`, or a flag that is not a bool.
+    """
+    task = task if task is not None else getattr(factory, "task", "segmentation")
+    if task not in TASKS:
+        raise RegistryError(f"architecture {name!r}: task must be one of {', '.join(TASKS)}, got {task!r}")
+    flags = {"latent_input": latent_input, "frozen_backbone": frozen_backbone}
+    flags = {k: getattr(factory, k, False) if v is None else v for k, v in flags.items()}
+    for key, value in flags.items():
+        if not isinstance(value, bool):
+            raise RegistryError(f"architecture {name!r}: {key} must be True or False, got {value!r}")
+    return ArchitectureInfo(name, factory, task, origin=origin, **flags)
+
+
+#: every architecture by name (the built-ins below; others through :func:`register_architecture`
+#: or the ``upzoo.architectures`` entry-point group): the same registry class as the blocks'
+ARCHITECTURES = Registry("upzoo.architectures", "architecture", make_info=architecture_entry)
 
 
 def register_architecture(
@@ -63,37 +93,38 @@ def register_architecture(
     >>> info = register_architecture("tiny_seg", lambda num_classes=2: nn.Conv2d(3, num_classes, 1))
     >>> build_model({"architecture": "tiny_seg", "num_classes": 4}).out_channels
     4
-    >>> del ARCHITECTURES["tiny_seg"]
+    >>> ARCHITECTURES.unregister("tiny_seg")
 
     Raises:
-        ConfigError: a name that is taken (unless ``override``), not lowercase snake case, or a task
-            that is not one of :data:`TASKS`.
+        RegistryError: a name that is taken (unless ``override``), not lowercase snake case or a
+            Python keyword, a builder that is not callable, a task that is not one of :data:`TASKS`,
+            or flags that are not bools.
     """
-    if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
-        raise ConfigError(f"an architecture's name is lowercase snake case, e.g. 'my_unet', got {name!r}")
-    if task not in TASKS:
-        raise ConfigError(f"architecture {name!r}: task must be one of {', '.join(TASKS)}, got {task!r}")
-    if name in ARCHITECTURES and not override:
-        raise ConfigError(
-            f"architecture {name!r} is registered already ({ARCHITECTURES[name].builder!r}); choose another name "
-            f"or pass override=True"
-        )
-    ARCHITECTURES[name] = ArchitectureInfo(name, builder, task, latent_input, frozen_backbone)
-    return ARCHITECTURES[name]
+    info = ARCHITECTURES.make(name, builder, origin_of(builder), task=task, latent_input=latent_input,
+                              frozen_backbone=frozen_backbone)  # fmt: skip
+    ARCHITECTURES.add(info, override=override)
+    return info
+
+
+def list_architectures(pattern: str = "*", *, task: str | None = None) -> list[str]:
+    """Registered architectures matching ``pattern`` (shell wildcards), optionally of one task, sorted.
+
+    >>> list_architectures("*gan*")
+    ['dcgan', 'pggan']
+    """
+    return ARCHITECTURES.names(pattern, task=task)
 
 
 def architecture_info(name: str, path: str = "model") -> ArchitectureInfo:
     """The registered architecture ``name`` (``path``: where it was given, for the message).
 
     Raises:
-        ConfigError: an unknown name, with the registered ones and the closest.
+        RegistryError: an unknown name, with the registered ones and the closest.
     """
-    if not isinstance(name, str) or name not in ARCHITECTURES:
-        raise ConfigError(
-            f"{path}.architecture: expected one of {', '.join(ARCHITECTURES)}, got {name!r}"
-            f"{did_you_mean(str(name), ARCHITECTURES)}"
-        )
-    return ARCHITECTURES[name]
+    try:
+        return ARCHITECTURES.info(name)
+    except RegistryError as exc:
+        raise RegistryError(f"{path}.architecture: {exc}") from None
 
 
 for _name, _builder in {"unet": UNet, "smp_unet": smp_unet, "smp_fpn": smp_fpn, "smp_upernet": smp_upernet,
@@ -119,15 +150,17 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], path: str = "model") -> ModelSpec:
-        """Validate ``{"architecture": ..., **options}`` against the architecture's constructor.
+        """Validate ``{"architecture": ..., **options}`` against the architecture's constructor; a
+        missing ``architecture`` is ``unet``, as the recipe schema states.
 
         Raises:
-            ConfigError: unknown architecture or option (with did-you-mean), wrong types, missing keys.
+            RegistryError: an unknown architecture (with did-you-mean).
+            ConfigError: an unknown option (with did-you-mean), wrong types, missing keys.
         """
         if not isinstance(data, Mapping):
             raise ConfigError(f"{path}: expected a mapping with an 'architecture' key, got {data!r}")
         options = dict(data)
-        architecture = options.pop("architecture", "unet")
+        architecture = options.pop("architecture", "unet")  # the default the recipe schema states
         builder = architecture_info(architecture, path).builder
         auto = architecture == "unet" and options.get("strides") == "auto"
         if auto:  # planned from the data's voxel spacing when the recipe runs (resolve_auto_strides)
@@ -176,7 +209,7 @@ def build_model(spec: ModelSpec | Mapping[str, Any]) -> nn.Module:
             "model.strides 'auto' is planned from the data's voxel spacing: resolve it with "
             "ModelSpec.resolve_auto_strides(spacing, patch_size) (upzoo train does) or give strides"
         )
-    return ARCHITECTURES[spec.architecture].builder(**spec.options)
+    return ARCHITECTURES.info(spec.architecture).factory(**spec.options)
 
 
 def build_discriminator(
