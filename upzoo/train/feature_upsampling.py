@@ -1,7 +1,8 @@
-"""The feature-upsampling task: JAFAR's objective, which needs no labels. The frozen backbone's
-features of an image downscaled by ``r`` are upsampled x``r`` (guided by the image at the target
-grid) and matched to the features of the full image; ``r`` cycles through ``train.feature_ratios``.
-Evaluated by the cosine similarity to those targets beside bilinear upsampling's."""
+"""The feature-upsampling task: a variant of JAFAR's objective, which needs no labels (the guide
+lists how it differs from the authors' training). The frozen backbone's features of an image
+downscaled by ``r`` are upsampled x``r`` (guided by the image at the target grid) and matched to the
+features of the full image; ``r`` cycles through ``train.feature_ratios``. Evaluated by the cosine
+similarity to those targets beside bilinear upsampling's."""
 
 from __future__ import annotations
 
