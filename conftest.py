@@ -8,7 +8,7 @@ works as written:
   ``pip``, ``pytest`` and shell helpers are left to CI.
 
 Both run in a workspace holding what the docs name: tiny trained runs at ``runs/quickstart-<time>``,
-``runs/volume-<time>``, ``runs/dcgan-<time>``, ``runs/sr-<time>`` (super-resolution) and
+``runs/volume-<time>``, ``runs/dcgan-<time>``, ``runs/sr_espcn_x2-<time>`` (super-resolution) and
 ``runs/featup-jafar`` (feature upsampling),
 ``street.png``, ``photos/``, ``scans/``, ``Task01/dataset.json``, ``model.onnx`` and the recipes (a
 fresh copy per document).

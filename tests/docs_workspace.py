@@ -21,7 +21,7 @@ def _train(recipe: dict, run: Path, cache: Path) -> None:
 
 
 def build_workspace(path: Path, root: Path) -> Path:
-    """Runs at ``runs/{quickstart,volume,dcgan,sr}-<time>`` and ``runs/featup-jafar``, ``street.png``,
+    """Runs at ``runs/{quickstart,volume,dcgan,sr_espcn_x2}-<time>`` and ``runs/featup-jafar``, ``street.png``,
     ``photos/``, ``scans/``, ``Task01/dataset.json`` (a ``test`` list), ``model.onnx`` (the quickstart
     run's) and ``recipes``."""
     from upzoo.data.volumes import write_nifti
@@ -48,7 +48,7 @@ def build_workspace(path: Path, root: Path) -> Path:
     espcn = {"architecture": "espcn", "scale": 2, "channels": [4, 4]}
     sr_data = {"kind": "package_images", "package_train": ["chelsea"], "package_val": ["coffee"],
                "crop_size": [32, 32], "patches_per_image": 2, "batch_size": 2}  # fmt: skip
-    _train({"model": espcn, "data": sr_data}, runs / "sr-<time>", cache)
+    _train({"model": espcn, "data": sr_data}, runs / "sr_espcn_x2-<time>", cache)
     featup = {"architecture": "feature_upsampler", "backbone": "vit_tiny_patch16_224", "weights": "random",
               "upsampler": "jafar", "upsampler_options": {"qk_dim": 16}}  # fmt: skip
     featup_data = {**data_2d, "crop_size": [32, 64], "normalize": "minmax"}

@@ -302,3 +302,21 @@ def test_pixel_coordinates_stay_float32_under_bf16():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         inputs = loftup._inputs(torch.rand(1, 3, 448, 14).to(torch.bfloat16), 0, 448)
     assert inputs.dtype == torch.bfloat16 and torch.isfinite(inputs.float()).all()
+
+
+def test_messages_name_the_guide_each_block_takes_and_only_real_spatial_dims():
+    jafar = create_upsampler("jafar", spatial_dims=2, in_channels=8, out_channels=8, scale=2, guide_channels=3)
+    with pytest.raises(ShapeError, match=r"guide of shape \(1, 3, 8, 8\) \(the image itself, 3 channels in \[0, 1\]"):
+        jafar(torch.rand(1, 8, 4, 4))
+    fade = create_upsampler("fade", spatial_dims=2, in_channels=8, out_channels=8, scale=2, guide_channels=4)
+    with pytest.raises(ShapeError, match=r"\(the encoder feature at the output resolution\)"):
+        fade(torch.rand(1, 8, 4, 4))
+    with pytest.raises(ConfigError, match=r"3 for the image-guided jbu, jafar, loftup and anyup, whose guide is the"):
+        create_upsampler("anyup", spatial_dims=2, in_channels=8, out_channels=8, scale=2)
+    block = create_upsampler("zero_insertion", spatial_dims=2, in_channels=4, out_channels=4, scale=2)
+    with pytest.raises(ShapeError, match=r"got 3 dims \(1, 4, 5\); add the batch/channel axes$"):
+        block(torch.zeros(1, 4, 5))
+    with pytest.raises(ShapeError, match=r"add the batch/channel axes or build it with spatial_dims=3$"):
+        block(torch.zeros(1, 4, 5, 5, 5))
+    with pytest.raises(ShapeError, match=r"got 5 dims \(1, 8, 4, 4, 4\); add the batch/channel axes$"):
+        jafar(torch.rand(1, 8, 4, 4, 4))  # JAFAR has no 3D form to suggest

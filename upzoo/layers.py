@@ -127,8 +127,11 @@ def refuse_jit_trace(owner: str) -> None:
         )
 
 
-def check_input_shape(shape: Sequence[int], *, spatial_dims: int, channels: int | None, owner: str) -> tuple[int, ...]:
-    """Check ``shape`` is ``(B, channels, *S)`` with ``spatial_dims`` axes in ``S``.
+def check_input_shape(
+    shape: Sequence[int], *, spatial_dims: int, channels: int | None, owner: str, supported: Sequence[int] = (2, 3)
+) -> tuple[int, ...]:
+    """Check ``shape`` is ``(B, channels, *S)`` with ``spatial_dims`` axes in ``S`` (``supported``:
+    the spatial dims the owner can be built with, which the message suggests).
 
     Raises:
         ShapeError: naming the expected layout, the shape that came, and the fix.
@@ -139,10 +142,11 @@ def check_input_shape(shape: Sequence[int], *, spatial_dims: int, channels: int 
     shape = tuple(shape)
     expected = f"(B, {channels if channels is not None else 'C'}, {_AXES.get(spatial_dims, '...')})"
     if len(shape) != spatial_dims + 2:
+        other = len(shape) - 2  # suggest another spatial_dims only where it exists (2D and 3D)
+        rebuild = f" or build it with spatial_dims={other}" if other in supported else ""
         raise ShapeError(
             f"{owner} expects a {spatial_dims}D batch {expected} with {spatial_dims + 2} dims, "
-            f"got {len(shape)} dims {shape}; add the batch/channel axes or build it with "
-            f"spatial_dims={len(shape) - 2 if len(shape) > 2 else '?'}"
+            f"got {len(shape)} dims {shape}; add the batch/channel axes{rebuild}"
         )
     if channels is not None and shape[1] != channels:
         raise ShapeError(

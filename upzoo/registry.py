@@ -273,7 +273,8 @@ class Registry:
         if info.needs_guide and "guide_channels" not in kwargs:
             raise ConfigError(
                 f"{self._what} {name!r} is guided by a high-resolution feature: give guide_channels= (the "
-                f"guide's channels; UNet and smp_unet pass their skip's channels themselves)"
+                f"guide's channels: the encoder skip's for fade and sapa, which UNet and smp_unet pass themselves; "
+                f"3 for the image-guided jbu, jafar, loftup and anyup, whose guide is the image)"
             )
         kwargs = {**kwargs, **_checked_options(info.factory, name, kwargs)}
         shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())

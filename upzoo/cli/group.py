@@ -48,7 +48,8 @@ def list_command(pattern: str, kind: str | None, decoders: bool, as_json: bool) 
     click.echo(render_table(rows, ["name", "kind", "dims", "guide", "params", "description"]))
     click.echo(
         "params: learned parameters at 64 -> 64 channels, scale 2, 2D (3D where 2D is not supported); "
-        "guide: the block takes the encoder skip as a guide (64 channels here)",
+        "guide: the block takes a guide at the output resolution: the encoder skip (fade, sapa; 64 channels "
+        "here) or the image itself (jbu, jafar, loftup, anyup; 3 channels)",
         err=True,
     )
     if any(row["name"] == "masked_blur" for row in rows):

@@ -79,9 +79,10 @@ def _check_inputs_exist(inputs: tuple[str, ...]) -> None:
 def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabilities, batch_size, workers, amp,
                     backend, onnx_path, tile, no_resample, device, keep_going, overwrite, no_progress,
                     as_json) -> None:  # fmt: skip
-    """Segment INPUT... (images, NIfTI volumes, folders, globs or a decathlon dataset.json) with the
-    model of a segmentation run (its best.pt, else last.pt) or a checkpoint; or upscale images with
-    a super-resolution run: NAME.png at the input's bit depth (8 or 16), whole or with --tile.
+    """Predict with a trained run on INPUT... (images, NIfTI volumes, folders, globs or a decathlon
+    dataset.json), what its task makes: a segmentation run (its best.pt, else last.pt, or a
+    checkpoint) segments; a super-resolution run upscales images to NAME.png at the input's bit
+    depth (8 or 16), whole or with --tile.
 
     2D: writes NAME.png (train ids, uint8), color/NAME.png (the dataset's palette) and with --overlay
     overlay/NAME.png. 3D: each volume is resampled to the training spacing, predicted, and its

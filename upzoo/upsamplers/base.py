@@ -83,7 +83,11 @@ class Upsampler(nn.Module):
             ShapeError: wrong number of dims or channels.
         """
         shape = check_input_shape(
-            input_shape, spatial_dims=self.spatial_dims, channels=self.in_channels, owner=type(self).__name__
+            input_shape,
+            spatial_dims=self.spatial_dims,
+            channels=self.in_channels,
+            owner=type(self).__name__,
+            supported=self.supported_spatial_dims,
         )
         channels = shape[1] if self.out_channels is None else self.out_channels
         return (shape[0], channels, *self.output_spatial(shape[2:]))
@@ -99,12 +103,18 @@ class Upsampler(nn.Module):
             ShapeError: wrong input dims or channels, a missing guide, or a guide of the wrong shape.
         """
         shape = check_input_shape(
-            x.shape, spatial_dims=self.spatial_dims, channels=self.in_channels, owner=type(self).__name__
+            x.shape,
+            spatial_dims=self.spatial_dims,
+            channels=self.in_channels,
+            owner=type(self).__name__,
+            supported=self.supported_spatial_dims,
         )
         if not self.needs_guide:
             return self.upsample(x)
         self.check_guide(shape, guide)
         return self.upsample(x, guide)
+
+    guide_description = "the encoder feature at the output resolution"  # what a guided block's guide is
 
     def check_guide(self, input_shape: Sequence[int], guide: torch.Tensor | None) -> None:
         """A guided block's guide must be ``(B, guide_channels, *S_out)`` for this input.
@@ -116,8 +126,8 @@ class Upsampler(nn.Module):
         expected = (input_shape[0], self.guide_channels, *self.output_spatial(tuple(input_shape[2:])))
         if guide is None:
             raise ShapeError(
-                f"{name} is guided: call it as block(x, guide) with guide of shape {expected} (the "
-                f"encoder feature at the output resolution)"
+                f"{name} is guided: call it as block(x, guide) with guide of shape {expected} "
+                f"({self.guide_description})"
             )
         if tuple(guide.shape) != expected:
             raise ShapeError(

@@ -98,6 +98,7 @@ class ImageGuidedUpsampler(Upsampler):
 
     supported_spatial_dims = (2,)
     needs_guide = True
+    guide_description = "the image itself, 3 channels in [0, 1], at the output resolution"
     feature_agnostic: ClassVar[bool] = False  # resample() takes features of any channel count
 
     def __init__(
