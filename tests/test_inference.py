@@ -288,7 +288,7 @@ def test_sample_refuses_a_segmentation_run(seg_run, tmp_path):
 def test_predict_refuses_a_gan_run(gan_run, tmp_path):
     result = run_cli("predict", gan_run, tmp_path, "--out", tmp_path / "o")
     code, err = result.returncode, result.stderr.strip()
-    assert code == 1 and "predict needs a segmentation run" in err
+    assert code == 1 and "is a gan run; Predictor segments with a segmentation run; sample its generator" in err
 
 
 def test_export_cli_verifies_onnx_and_the_exported_program(seg_run, tmp_path):

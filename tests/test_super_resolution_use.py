@@ -86,8 +86,13 @@ def test_eval_prints_each_image_and_the_mean(sr_run):
         ({"data__normalize": "imagenet"}, ConfigError, "super-resolution takes pixels in"),
         ({"train__adversarial_weight": -1}, ConfigError, "adversarial_weight"),
         ({"data__crop_size": [4, 4]}, ConfigError, "too small for x2"),
+        ({"data__package_train": ["chelsea", "coffee"]}, ConfigError,
+         r"package_train and package_val share \['coffee'\]: a held-out photograph would be trained on"),
+        ({"data__package_train": ["astronaut"], "data__package_val": None}, ConfigError,
+         r"share \['astronaut'\]"),  # the default held-out set counts too
+        ({"train__feature_ratios": []}, ConfigError, r"train.feature_ratios: .*at least 1 item"),
     ],
-)
+)  # fmt: skip
 def test_bad_recipes_are_refused_in_one_line(changes, error, message):
     with pytest.raises(error, match=message):
         prepare(parse_recipe(sr_recipe(**changes)))
@@ -263,3 +268,10 @@ def test_a_flat_held_out_image_has_no_spectral_error_and_the_means_skip_it():
     other = image_metrics(textured.flip(-1), textured, 2)
     means = _means([row, other])
     assert means["spectral_error"] == other["spectral_error"] and means["psnr_y"] == math.inf
+
+
+def test_the_predictor_on_a_super_resolution_run_names_the_way_to_upscale(sr_run):
+    from upzoo.inference import Predictor, load_model
+
+    with pytest.raises(ConfigError, match=r"is a super_resolution run; .* upzoo.inference.upscale\(loaded.model"):
+        Predictor(load_model(sr_run))

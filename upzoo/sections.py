@@ -145,9 +145,25 @@ class DataConfig(_Section):
         for key in ("package_train", "package_val"):
             if getattr(self, key) is not None and self.kind != "package_images":
                 raise ValueError(f"{key}: names package photographs, for data.kind: package_images, not {self.kind!r}")
+        self._check_package_split()
         if self.ct_window[0] >= self.ct_window[1]:
             raise ValueError(f"ct_window: needs low < high, got {list(self.ct_window)}")
         return self
+
+    def _check_package_split(self) -> None:
+        """Training and held-out photographs may not overlap: training on the test set would go
+        unnoticed in every figure (the volumes refuse overlapping splits the same way)."""
+        if self.kind != "package_images":
+            return
+        from upzoo.data.package_images import PACKAGE_TEST, PACKAGE_TRAIN
+
+        train, held_out = self.package_train or PACKAGE_TRAIN, self.package_val or PACKAGE_TEST
+        both = sorted(set(train) & set(held_out))
+        if both:
+            raise ValueError(
+                f"package_train and package_val share {both}: a held-out photograph would be trained on; "
+                f"leave it out of one of them"
+            )
 
 
 class TrainConfig(_Section):
@@ -188,7 +204,9 @@ class TrainConfig(_Section):
     discriminator_base_channels: PositiveInt = 64
     discriminator_norm: Literal["batch", "spectral"] = "batch"
     adversarial_weight: _float(ge=0) = 0.0
-    feature_ratios: tuple[Annotated[int, Field(strict=True, ge=2, le=16)], ...] | None = None
+    feature_ratios: (
+        Annotated[tuple[Annotated[int, Field(strict=True, ge=2, le=16)], ...], Field(min_length=1)] | None
+    ) = None
     sample_every: PositiveInt | None = None
     loggers: tuple[Literal["csv", "tensorboard"], ...] = ("csv",)
 

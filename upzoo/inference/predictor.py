@@ -133,7 +133,14 @@ def _check_arguments(loaded, tta, scales, window, overlap, window_batch) -> None
     if not isinstance(loaded, LoadedModel):
         raise ConfigError(f"Predictor takes a LoadedModel (from upzoo.load_model), got {type(loaded).__name__}")
     if loaded.task != "segmentation":
-        raise ConfigError(f"{loaded.checkpoint} is a {loaded.task} run; predict needs a segmentation run")
+        how = {
+            "super_resolution": "; upscale its images with upzoo.inference.upscale(loaded.model, image, scale) "
+            "or upzoo.inference.upscale_files (upzoo predict does)",
+            "gan": "; sample its generator with upzoo sample",
+        }.get(loaded.task, "")
+        raise ConfigError(
+            f"{loaded.checkpoint} is a {loaded.task} run; Predictor segments with a segmentation run{how}"
+        )
     if tta not in (None, "none", "flip"):
         raise ConfigError(f"tta must be 'flip' or None, got {tta!r}")
     if isinstance(scales, (str, bytes)) or not isinstance(scales, Sequence) or not scales:
