@@ -194,6 +194,11 @@ def test_objective_trains_only_the_block_and_a_probe_uses_it(tmp_path):
     train(parse_recipe(_feature_recipe(tmp_path / "cache")), run, progress=False)
     summary = json.loads((run / "summary.json").read_text())
     assert set(summary["val"]["per_ratio"]) == {"2"} and 0 < summary["val"]["cosine_bilinear"] <= 1
+    from upzoo.cli.train import _task_result_line
+
+    assert _task_result_line(summary["val"]).startswith(
+        f"val cosine to the full images' features: {summary['val']['cosine']:.4f} beside bilinear"
+    )
     assert (run / "predictions.png").stat().st_size > 0
     state = torch.load(run / "last.pt", weights_only=True)["model"]
     fresh = FeatureUpsampler(backbone=VIT, weights="random", upsampler="jafar", upsampler_options={"qk_dim": 16})

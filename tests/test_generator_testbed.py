@@ -246,6 +246,7 @@ def test_a_testbed_run_writes_psnr_and_the_spectra_over_training_and_resumes(tmp
     assert [int(r["step"]) for r in logged] == [2, 4]
     resumed = run_cli("train", "--resume", run, "--set", "train.max_steps=6", "--no-progress")
     assert resumed.returncode == 0, resumed.stderr
+    assert "val PSNR " in resumed.stdout and "spectral error" in resumed.stdout  # the run ends with its result
     assert sorted(read_spectra(run / "spectra.csv")) == [0, 2, 4, 6]
     evaluated = run_cli("eval", run, "--json")
     assert evaluated.returncode == 0, evaluated.stderr

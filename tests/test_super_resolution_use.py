@@ -275,3 +275,15 @@ def test_the_predictor_on_a_super_resolution_run_names_the_way_to_upscale(sr_run
 
     with pytest.raises(ConfigError, match=r"is a super_resolution run; .* upzoo.inference.upscale\(loaded.model"):
         Predictor(load_model(sr_run))
+
+
+def test_a_finished_run_prints_its_result_beside_bicubic(sr_run, capsys):
+    from upzoo.cli.train import _print_summary
+
+    val = json.loads((sr_run / "summary.json").read_text())["val"]
+    _print_summary(json.loads((sr_run / "summary.json").read_text()))
+    out = capsys.readouterr().out
+    assert (
+        f"val PSNR Y: {val['psnr_y']:.2f} dB, SSIM Y {val['ssim_y']:.4f}  beside bicubic {val['bicubic_psnr_y']:.2f}"
+        in out
+    )

@@ -132,6 +132,32 @@ def _print_summary(summary: dict) -> None:
         )
     if "swd" in summary or "checkerboard" in summary:
         click.echo(_generative_line(summary))
+    line = _task_result_line(val)
+    if line:
+        click.echo(line)
+
+
+def _task_result_line(val: dict) -> str | None:
+    """The held-out result of a super-resolution, testbed or feature-upsampling run, beside its
+    baseline where it has one (bicubic, bilinear): what the run folder's summary.json holds."""
+    if "psnr_y" in val:
+        gain = val["psnr_y"] - val["bicubic_psnr_y"]
+        return (
+            f"val PSNR Y: {val['psnr_y']:.2f} dB, SSIM Y {val['ssim_y']:.4f}  beside bicubic "
+            f"{val['bicubic_psnr_y']:.2f} dB, SSIM Y {val['bicubic_ssim_y']:.4f}  "
+            f"({gain:+.2f} dB; {val.get('images', '?')} held-out images)"
+        )
+    if "cosine_bilinear" in val:
+        return (
+            f"val cosine to the full images' features: {val['cosine']:.4f} beside bilinear "
+            f"{val['cosine_bilinear']:.4f} ({val['cosine'] - val['cosine_bilinear']:+.4f}; mean over the ratios)"
+        )
+    if "spectral_error_corners" in val and "psnr" in val:
+        return (
+            f"val PSNR {val['psnr']:.2f} dB over {val.get('images', '?')} images; spectral error "
+            f"{val['spectral_error']:.3f} (0.25-0.5 cycles/pixel), {val['spectral_error_corners']:.3f} (corners)"
+        )
+    return None
 
 
 def _kid_text(result: dict) -> str:
