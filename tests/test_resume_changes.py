@@ -31,6 +31,7 @@ def short_run(tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
     train(parse_recipe(recipe), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / ".lock").exists()  # the lock goes with the run: no empty file stays behind
     return tmp_path / "run", path
 
 

@@ -24,7 +24,8 @@ class RunFolder:
     ``metrics.csv`` (appended), checkpoints, PNGs.
 
     One run per folder: the writing process (``lock=True``, rank 0) holds an exclusive lock on
-    ``.lock`` until :meth:`close` (or its exit), so a second run into the same folder stops at once.
+    ``.lock`` until :meth:`close` (or its exit), so a second run into the same folder stops at once;
+    the lock file goes when the run does.
     A new run refuses a folder that already holds one; a resumed run needs one.
 
     Raises:
@@ -47,6 +48,7 @@ class RunFolder:
                 self.path,
                 f"run folder {str(self.path)!r} is in use by another run; "
                 "wait for it to finish or choose another --out",
+                transient=True,  # a finished run folder keeps only what the run made
             )
             remove_stale_temporaries(self.path)
             self._check_state(resume)
