@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -83,8 +84,10 @@ def main() -> None:
     steps = [int(s) for s in args.steps.split(",")]
     print("| mode | " + " | ".join(f"PSNR / band / corners at {s:,}" for s in steps) + " |")
     print("|---|" + "---|" * len(steps))
+    missing = set()
     for run in args.runs:
         values = metrics_at(run, steps)
+        missing |= {(run.name, s) for s in steps if s not in values}
         cells = [
             f"{v['val_psnr']:.2f}".replace("nan", "—")
             + f" / {v['val_spectral_error']:.3f} / {v['val_spectral_error_corners']:.3f}"
@@ -93,6 +96,11 @@ def main() -> None:
             for s in steps
         ]
         print(f"| {run.name} | " + " | ".join(cells) + " |")
+    if missing:
+        evaluated = sorted(read_spectra(args.runs[0] / "spectra.csv"))
+        print(f"—: a step the run did not evaluate ({len(missing)} cells); {args.runs[0].name} evaluated "
+              f"{', '.join(map(str, evaluated[:8]))}{' ...' if len(evaluated) > 8 else ''}: choose them with "
+              f"--steps {','.join(map(str, evaluated[:: max(1, len(evaluated) // 3)]))}", file=sys.stderr)  # fmt: skip
     figure(args.runs, args.out)
     print(f"wrote {args.out}")
 
