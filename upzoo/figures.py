@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["plot_curves", "prediction_grid", "sample_grid", "class_palette", "spectrum_plot"]
+__all__ = ["plot_curves", "prediction_grid", "sample_grid", "titled_grid", "class_palette", "spectrum_plot"]
 
 
 def class_palette(num_classes: int, palette: np.ndarray | None = None) -> np.ndarray:
@@ -62,10 +63,14 @@ def prediction_grid(
         Image.fromarray(np.concatenate(rows, 0)).save(path)
 
 
-def plot_curves(rows: list[dict[str, str]], path: str | Path, metrics: Sequence[str]) -> None:
+def plot_curves(
+    rows: list[dict[str, str]], path: str | Path, metrics: Sequence[str],
+    baselines: dict[str, tuple[str, float]] | None = None,
+) -> None:  # fmt: skip
     """Training loss and each validation metric against the step, every metric in a panel of its
     own (a generator's SWD in the hundreds, spectral error in tens and checkerboard in tenths each
-    keep a readable scale)."""
+    keep a readable scale); ``baselines`` draws a labelled reference line in a metric's panel
+    (bicubic's PSNR beside the network's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -75,9 +80,10 @@ def plot_curves(rows: list[dict[str, str]], path: str | Path, metrics: Sequence[
         pts = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) not in (None, "", "nan")]
         return zip(*pts) if pts else ((), ())
 
+    loss_keys = [k for k in ("loss", "loss_d", "loss_g") if rows and k in rows[0]]
+    metrics = [m for m in metrics if m not in loss_keys]  # the losses have their own panel
     fig, axes = plt.subplots(1, 1 + len(metrics), figsize=(4.2 * (1 + len(metrics)), 3.6), squeeze=False)
     axes = axes[0]
-    loss_keys = [k for k in ("loss", "loss_d", "loss_g") if rows and k in rows[0]]
     for key in loss_keys:
         steps, values = series(key)
         axes[0].plot(steps, values, label=key)
@@ -86,9 +92,41 @@ def plot_curves(rows: list[dict[str, str]], path: str | Path, metrics: Sequence[
     axes[0].legend()
     for axis, key in zip(axes[1:], metrics):
         steps, values = series(key)
-        axis.plot(steps, values, marker="o")
+        axis.plot(steps, values, marker="o", label="this run")
+        if key in (baselines or {}):
+            label, value = baselines[key]
+            axis.axhline(value, color="grey", linestyle="--", label=f"{label} ({value:.4g})")
+            axis.legend(fontsize=8)
         axis.set_xlabel("step")
         axis.set_title(key)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def titled_grid(
+    rows: Sequence[Sequence[tuple[torch.Tensor, str]]], columns: Sequence[str], path: str | Path, title: str = ""
+) -> None:
+    """Tiles ``(C, H, W)`` in [0, 1], one row per example, a title over each column and a caption
+    under each tile, as one PNG (what a reader would otherwise have to look up)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(rows), len(columns), figsize=(2.4 * len(columns), 2.5 * len(rows) + 0.5),
+                             squeeze=False)  # fmt: skip
+    for i, row in enumerate(rows):
+        for j, (tile, caption) in enumerate(row):
+            axis = axes[i][j]
+            axis.imshow(tile.float().clamp(0, 1).expand(3, -1, -1).permute(1, 2, 0).numpy(), interpolation="nearest")
+            axis.set_xticks([])
+            axis.set_yticks([])
+            axis.set_xlabel(caption, fontsize=8)
+            if i == 0:
+                axis.set_title(columns[j], fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -141,19 +179,27 @@ def spectrum_plot(real: np.ndarray, generated: dict[str, np.ndarray], path: str 
 
 
 def super_resolution_grid(examples: Sequence[tuple[torch.Tensor, ...]], path: str | Path, side: int = 128) -> None:
-    """One row per example of (low-resolution input, nearest-upscaled; bicubic; the network; the
-    high-resolution image), each the central ``side``-pixel square of the output, as one PNG."""
-    from torchvision.utils import save_image
+    """One row per example: the low-resolution input (nearest-upscaled), bicubic, the network and
+    the high-resolution reference, each the central ``side``-pixel square, titled, with the PSNR
+    (RGB) of each crop against the reference."""
 
-    tiles = []
+    def crop_psnr(image: torch.Tensor, reference: torch.Tensor) -> str:
+        mse = float((image.float().clamp(0, 1) - reference.float()).square().mean())
+        return f"PSNR {10 * math.log10(1 / mse):.2f} dB" if mse > 0 else "PSNR inf"
+
+    rows, scale = [], 1
     for low, bicubic, output, target in examples:
         scale = target.shape[-1] // low.shape[-1]
         low = low.repeat_interleave(scale, -2).repeat_interleave(scale, -1)
         size = min(side, *target.shape[-2:])
         top, left = (target.shape[-2] - size) // 2, (target.shape[-1] - size) // 2
-        for image in (low, bicubic, output, target):
-            tiles.append(image[..., top : top + size, left : left + size].float().clamp(0, 1).expand(3, -1, -1))
-    save_image(torch.stack(tiles), str(path), nrow=4, padding=2)
+        low, bicubic, output, target = (
+            t[..., top : top + size, left : left + size] for t in (low, bicubic, output, target)
+        )
+        rows.append([(low, crop_psnr(low, target)), (bicubic, crop_psnr(bicubic, target)),
+                     (output, crop_psnr(output, target)), (target, "")])  # fmt: skip
+    columns = [f"input (nearest x{scale})", "bicubic", "network", "reference (HR)"]
+    titled_grid(rows, columns, path, title=f"central {side} px of each held-out image; PSNR of the crop, RGB")
 
 
 def feature_pca(features: Sequence[torch.Tensor], basis_from: torch.Tensor) -> list[torch.Tensor]:
@@ -181,11 +227,10 @@ def feature_grid(
     """One row per image of a feature upsampler: the image, its backbone features (nearest), bilinear
     upsampling of them and the model's upsampling to pixels, in the same principal-component colours
     (the images cropped to a common size, a multiple of the stride)."""
-    from torchvision.utils import save_image
 
     stride = model.backbone.stride
     h, w = (min(image.shape[axis] for image in images) // stride * stride for axis in (-2, -1))
-    tiles = []
+    rows = []
     for image in images:
         image = image[..., :h, :w][None].to(device)
         low = model.backbone(image)
@@ -193,8 +238,10 @@ def feature_grid(
         lifted = model(image)
         nearest = low.repeat_interleave(stride, -2).repeat_interleave(stride, -1)
         shown = feature_pca([nearest[0].cpu(), bilinear[0].cpu(), lifted[0].float().cpu()], low[0].cpu())
-        tiles += [image[0].cpu().clamp(0, 1), *shown]
-    save_image(torch.stack(tiles), str(path), nrow=4, padding=2)
+        rows.append([(image[0].cpu(), f"{h}x{w}"), (shown[0], f"{h // stride}x{w // stride}"), (shown[1], ""),
+                     (shown[2], "")])  # fmt: skip
+    columns = ["image", "backbone features (nearest)", "bilinear", getattr(model, "upsampler_name", "the block")]
+    titled_grid(rows, columns, path, title="features in the same principal-component colours")
 
 
 def spectrum_evolution_plot(

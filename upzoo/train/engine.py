@@ -224,7 +224,8 @@ class Trainer(EngineContext):
         self.last_eval = row
         self._log({"step": self.step, "epoch": self.epoch, **row})
         if self.ctx.is_main:
-            plot_curves(self.run.read_metrics(), self.run.path / "curves.png", self.task.curve_columns)
+            plot_curves(self.run.read_metrics(), self.run.path / "curves.png", self.task.curve_columns,
+                        self.task.curve_baselines)  # fmt: skip
         key = self.task.best_key
         if key is not None and row[key] > self.best:
             self.best = row[key]

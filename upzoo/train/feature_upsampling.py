@@ -94,7 +94,7 @@ class FeatureUpsamplingTask(Task):
     kind = "feature_upsampling"
     step_columns = ["loss"]
     eval_columns = ["val_cosine", "val_cosine_bilinear", "val_loss"]
-    curve_columns = ["val_cosine", "val_cosine_bilinear"]
+    curve_columns = ["val_cosine", "val_loss"]  # bilinear's cosine: the reference line in val_cosine's panel
     best_key = "val_cosine"
 
     def __init__(self, prepared: Prepared) -> None:
@@ -134,6 +134,7 @@ class FeatureUpsamplingTask(Task):
 
         model, data = self.modules["model"], self.prepared.data
         self.last = evaluate_feature_upsampling(model, data.val, self.ratios, ctx.device, ctx.autocast)
+        self.curve_baselines = {"val_cosine": ("bilinear", self.last["cosine_bilinear"])}
         if ctx.is_main:
             keep = [_image_of(data.val[i]) for i in range(min(len(data.val), self.prepared.recipe.eval.grid_samples))]
             feature_grid(model, keep, ctx.run_path / "predictions.png", device=ctx.device)

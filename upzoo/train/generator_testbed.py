@@ -116,6 +116,8 @@ class GeneratorTestbedTask(Task):
         self.images, self.real = self.data.images, channel_spectrum(self.data.images)
         untrained = _generate(self.modules["model"], self.data.latents, torch.device("cpu"), contextlib.nullcontext)
         self.initial = _measure(untrained, self.images, self.real)
+        self.curve_baselines = {k: ("untrained", self.initial[k]) for k in ("val_psnr", "val_spectral_error",
+                                                                            "val_spectral_error_corners")}  # fmt: skip
         self.last: dict[str, Any] = {}
 
     def input_shapes(self) -> dict[str, tuple[tuple[int, ...], ...]]:
@@ -142,7 +144,7 @@ class GeneratorTestbedTask(Task):
     def _write(self, folder: Path, step: int, measured: dict[str, Any], images: torch.Tensor) -> None:
         """``spectra.csv`` (rows of later steps, left by an earlier run resumed from here, dropped;
         step 0 from the untrained generator), the two evolution plots and the images."""
-        from upzoo.figures import sample_grid, spectral_error_evolution_plot, spectrum_evolution_plot
+        from upzoo.figures import spectral_error_evolution_plot, spectrum_evolution_plot, titled_grid
 
         path = folder / SPECTRA_FILE
         rows = []
@@ -163,8 +165,10 @@ class GeneratorTestbedTask(Task):
                                 folder / "spectrum_evolution.png", title)  # fmt: skip
         spectral_error_evolution_plot({s: e["error"] for s, e in table.items()},
                                       folder / "spectral_error_evolution.png", title)  # fmt: skip
-        pairs = torch.stack([images[:8], self.images[:8]], 1).flatten(0, 1)  # generated beside its target
-        sample_grid(pairs.clamp(-1, 1), folder / "samples.png", nrow=8)
+        shown = [[(t.clamp(-1, 1) * 0.5 + 0.5, what) for t in batch[:8]]
+                 for batch, what in ((images, "generated"), (self.images, "target"))]  # fmt: skip
+        titled_grid(shown, [f"image {i}" for i in range(len(shown[0]))], folder / "samples.png",
+                    title=f"step {step:,}: each generated image above the image it regresses")  # fmt: skip
 
     def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
         return {"last_loss": last.get("loss", float("nan")), "best_psnr": best, **self.last}

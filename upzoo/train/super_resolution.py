@@ -177,6 +177,8 @@ class SuperResolutionTask(Task):
             keep=self.prepared.recipe.eval.grid_samples,
         )  # fmt: skip
         self.last = metrics
+        compared = ("psnr_y", "ssim_y", "spectral_error")
+        self.curve_baselines = {f"val_{k}": ("bicubic", metrics[f"bicubic_{k}"]) for k in compared}
         if ctx.is_main and examples:
             super_resolution_grid(examples, ctx.run_path / "predictions.png")
         return {f"val_{k}": metrics[k] for k in METRICS}

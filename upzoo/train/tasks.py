@@ -25,7 +25,8 @@ __all__ = ["Task", "SegmentationTask", "GanTask", "segmentation_loss"]
 class Task:
     """The interface. ``modules`` are trained (one optimiser each), checkpointed and DDP-wrapped;
     ``step_columns``/``eval_columns`` name what :meth:`step` and :meth:`evaluate` return, and
-    ``curve_columns`` what ``curves.png`` shows."""
+    ``curve_columns`` what ``curves.png`` shows, and ``curve_baselines`` (set by an evaluation) the
+    reference line drawn in a curve's panel: ``{column: (label, value)}``, e.g. bicubic's PSNR."""
 
     kind: str
     step_columns: list[str]
@@ -36,6 +37,7 @@ class Task:
     def __init__(self, prepared: Prepared) -> None:
         self.prepared = prepared
         self.modules: dict[str, nn.Module] = {}
+        self.curve_baselines: dict[str, tuple[str, float]] = {}
 
     def eval_every(self, cfg: Any) -> int | None:
         return cfg.val_every
