@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import time
 import warnings
@@ -145,6 +146,8 @@ def test_bench_commands(tmp_path):
     result = _cli("bench", "compare", str(recipe), *args)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| transposed |" in result.stdout and "| interp_conv mode=bilinear |" in result.stdout
+    assert re.search(r"\| ms / image \(\d+x\d+\) \|", result.stdout)  # the size the speed was measured at
+    assert "2 seed(s) per variant: the 95 % intervals use Student's t with 1 degree(s) of freedom" in result.stderr
     assert (out / "compare.png").is_file() and (out / "transposed" / "seed1" / "last.pt").is_file()
     rows = json.loads((out / "compare.json").read_text())
     assert [r["upsampler"] for r in rows] == ["transposed", "interp_conv mode=bilinear"]
@@ -191,3 +194,41 @@ def test_the_gpu_record_script_runs_every_section(tmp_path):
     assert "failed" not in done.stdout, done.stdout
     assert "| sapa |" in done.stdout and "samples/s over both ranks" in done.stdout
     assert "| training step |" in done.stdout
+
+
+def test_a_super_resolution_comparison_shows_bicubic_as_its_untrained_reference(tmp_path):
+    from upzoo.bench.collect import _reference
+    from upzoo.bench.report import display_rows, evidence_chart
+
+    keys = ("psnr_y", "ssim_y")
+    summary = {"val": {"psnr_y": 33.0, "ssim_y": 0.93, "bicubic_psnr_y": 32.07, "bicubic_ssim_y": 0.91}}
+    reference = _reference("super_resolution", [summary], keys)
+    assert reference == {"label": "bicubic", "psnr_y": 32.07, "ssim_y": 0.91}
+    assert _reference("segmentation", [summary], keys) is None
+    row = {
+        "upsampler": "pixel_shuffle",
+        "seeds": 3,
+        "ms": 2.0,
+        "ms_q1": 1.9,
+        "ms_q3": 2.1,
+        "unstable": False,
+        "peak_train_mib": 10,
+        "params": 100,
+        "gflops": 0.1,
+        "input": [1, 3, 64, 96],
+        "reference": reference,
+    }
+    for key, mean in (("psnr_y", 33.0), ("ssim_y", 0.93)):
+        row |= {
+            f"{key}_mean": mean,
+            f"{key}_std": 0.01,
+            f"{key}_ci_low": mean - 0.02,
+            f"{key}_ci_high": mean + 0.02,
+            f"{key}_per_seed": [mean] * 3,
+        }
+    table, columns = display_rows([row])
+    assert "ms / image (64x96)" in columns
+    assert table[-1]["upsampler"] == "bicubic (reference, not trained)" and table[-1]["PSNR Y dB"] == "32.070"
+    assert table[-1]["Δ PSNR Y dB"] == "—" and table[-1]["ms / image (64x96)"] == "—"
+    evidence_chart([row], tmp_path / "compare.png")
+    assert (tmp_path / "compare.png").stat().st_size > 1000

@@ -144,11 +144,24 @@ def collect_comparison(
         if finished[label]
     ]
     _measure_speed(plan, rows, device, amp, rounds)
+    reference = _reference(task, [s for summaries in ran_on.values() for s in summaries], keys)
+    for row in rows:
+        if reference:
+            row["reference"] = reference
     if gan:
         for row in rows:
             row["spectrum_generated"] = _mean_spectrum(spectra[row["upsampler"]])
             row["spectrum_real"] = _mean_spectrum(spectra.get("real", []))
     return rows, missing
+
+
+def _reference(task: str, summaries: list[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any] | None:
+    """What every variant is measured against without training, where the task has it: bicubic
+    upscaling for super-resolution (the same held-out images in every cell)."""
+    if task != "super_resolution" or not summaries:
+        return None
+    val = summaries[0]["val"]
+    return {"label": "bicubic", **{k: float(val[f"bicubic_{k}"]) for k in keys if f"bicubic_{k}" in val}}
 
 
 def cells_machines(summaries: list[dict[str, Any]]) -> dict[str, Any]:

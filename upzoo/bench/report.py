@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["quality_keys", "display_rows", "evidence_chart", "machine_lines", "write_comparison"]
+__all__ = ["quality_keys", "display_rows", "evidence_chart", "machine_lines", "seed_note", "write_comparison"]
 
 
 TITLES = {
@@ -69,12 +69,34 @@ def display_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, str]], list
         for key in keys:
             line[f"Δ {TITLES[key]}"] = _diff_cell(row, key)
         spread = f" (IQR {row['ms_q1']:.1f}-{row['ms_q3']:.1f} ms){' !' if row['unstable'] else ''}"
-        line["ms / image"] = f"{row['ms']:.1f}{spread}"
+        line[_speed_column(row)] = f"{row['ms']:.1f}{spread}"
         line.update(
             peak_train_MiB=f"{row['peak_train_mib']:.0f}", params=str(row["params"]), GFLOPs=f"{row['gflops']:.2f}"
         )
         table.append(line)
-    return table, list(table[0])
+    columns = list(table[0])
+    reference = rows[0].get("reference")
+    if reference:  # the untrained baseline (bicubic), beside the variants
+        line = {c: "—" for c in columns} | {"upsampler": f"{reference['label']} (reference, not trained)"}
+        table.append(line | {TITLES[k]: f"{reference[k]:.3f}" for k in keys if k in reference})
+    return table, columns
+
+
+def _speed_column(row: dict[str, Any]) -> str:
+    """``ms / image (HxW)``: the input the speed was measured at (a volume: DxHxW)."""
+    size = row.get("input")
+    return f"ms / image ({'x'.join(map(str, size[2:]))})" if size else "ms / image"
+
+
+def seed_note(rows: list[dict[str, Any]]) -> str:
+    """Why the intervals are as wide as they are, where the seeds are few."""
+    seeds = min((row["seeds"] for row in rows), default=0)
+    if seeds >= 3:
+        return ""
+    return (
+        f"- {seeds} seed(s) per variant: the 95 % intervals use Student's t with {max(seeds - 1, 0)} degree(s) of "
+        f"freedom (t = 12.7 for 2 seeds), so they are wide; run more seeds (--seeds 3 or more) to separate variants"
+    )
 
 
 def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
@@ -100,6 +122,9 @@ def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
                 [i + 0.15] * len(r[f"{key}_per_seed"]), r[f"{key}_per_seed"], "k.", ms=4,
                 label="seeds" if i == 0 else None,
             )  # fmt: skip
+        reference = rows[0].get("reference") or {}
+        if key in reference:
+            ax.axhline(reference[key], color="grey", linestyle="--", label=f"{reference['label']} (not trained)")
         ax.set_xticks(x, names, rotation=40, ha="right")
         ax.set_xlim(-0.5, len(rows) - 0.5)
         ax.grid(axis="y", alpha=0.3)
@@ -108,7 +133,7 @@ def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
     ms = [r["ms"] for r in rows]
     err = [[m - r["ms_q1"] for m, r in zip(ms, rows)], [r["ms_q3"] - m for m, r in zip(ms, rows)]]
     ax.bar(names, ms, yerr=err, capsize=4, color="#dd8452", label="median, IQR")
-    ax.set_title("inference ms / image")
+    ax.set_title(_speed_column(rows[0]).replace("ms", "inference ms", 1))
     ax.set_xticks(range(len(rows)), names, rotation=40, ha="right")
     for a in axes:
         a.legend(fontsize=7)
@@ -146,7 +171,11 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path) -> tuple[list[
     texts = {
         "compare.json": to_json(rows) + "\n",
         "compare.csv": render_table(table, columns, "csv") + "\n",
-        "compare.md": render_table(table, columns) + "\n\n" + machine_lines(rows) + "\n",
+        "compare.md": render_table(table, columns)
+        + "\n\n"
+        + machine_lines(rows)
+        + "\n"
+        + (seed_note(rows) + "\n" if seed_note(rows) else ""),
     }
     for name, text in texts.items():
         atomic_write(out / name, lambda tmp, text=text: tmp.write_text(text))

@@ -222,7 +222,7 @@ def _compare_inputs(recipe, overrides, upsamplers, baseline):
 
 def _collect_and_report(out, device: str, amp: str, rounds: int, as_json: bool, as_csv: bool) -> None:
     from upzoo.bench.collect import collect_comparison, machine_note
-    from upzoo.bench.report import write_comparison
+    from upzoo.bench.report import seed_note, write_comparison
     from upzoo.tables import to_json
 
     rows, missing = collect_comparison(out, device=device, amp=amp, rounds=rounds)
@@ -235,6 +235,8 @@ def _collect_and_report(out, device: str, amp: str, rounds: int, as_json: bool, 
         raise UpzooError(f"no cell of {out} has finished yet ({len(missing)} missing); run the plan, then collect")
     table, columns = write_comparison(rows, out)
     click.echo(f"runs, compare.md/csv/json and compare.png in {out}", err=True)
+    if seed_note(rows):
+        click.echo(seed_note(rows).removeprefix("- "), err=True)
     if as_json:
         click.echo(to_json(rows))
     else:
