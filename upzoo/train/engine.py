@@ -44,7 +44,7 @@ from upzoo.train.distributed import (
     wrap_ddp,
 )
 from upzoo.train.loggers import extra_loggers
-from upzoo.train.monitor import Throughput, check_finite, check_finite_parameters
+from upzoo.train.monitor import StartEstimate, Throughput, check_finite, check_finite_parameters, say
 from upzoo.train.optim import build_optimizer, build_scheduler
 from upzoo.train.resume import restore_run
 from upzoo.train.tasks import Task
@@ -261,7 +261,7 @@ class Trainer(EngineContext):
             drop_last=True,
             pin_memory=self.device.type == "cuda",
         )
-        speed, values = Throughput(), {}
+        speed, values, estimate = Throughput(), {}, StartEstimate(self.step, self.total_steps)
         for module in self.task.modules.values():
             module.train()
         try:
@@ -277,6 +277,8 @@ class Trainer(EngineContext):
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix({k: f"{v:.4f}" for k, v in values.items()} | {"img_s": f"{rate:.1f}"})
+                if self.ctx.is_main and (said := estimate.tick(self.step)):
+                    say(said, bar)
                 self._after_step(values, rate, ends_epoch, stop)
                 stop.requested = any_rank(stop.requested, self.ctx)
         finally:
