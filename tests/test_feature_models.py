@@ -3,7 +3,9 @@ linear-probe models, the JAFAR-objective task, and their bad input: one line eac
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 
 import pytest
 import timm
@@ -313,3 +315,36 @@ def test_shapes_check_answers_with_the_backbones_stride():
     assert "multiples of 16 (the backbone's stride)" in result.stdout
     assert "100x200: not valid; nearest valid sizes 96x192 or 112x208" in result.stdout
     assert "128x256: valid" in run_cli("shapes", "check", recipe, "--size", "128x256").stdout
+
+
+def test_the_consistency_term_follows_the_authors_training(tmp_path):
+    """JAFAR's train.py: the full images' features lifted to half the image size from a blurred or
+    noised guide must match those from the clean guide (no gradient into the target), weighted 0.1."""
+    torch.manual_seed(0)
+    model = FeatureUpsampler(backbone=VIT, weights="random", upsampler="jafar", upsampler_options={"qk_dim": 16})
+    images, features = torch.rand(1, 3, 32, 32), torch.randn(1, model.channels, 2, 2)
+    draws = {}
+    for seed in range(40):  # find draws that blur (rand < 0.5) or not, noise (rand < 0.3) or not
+        g = torch.Generator().manual_seed(seed)
+        draws.setdefault((float(torch.rand((), generator=g)) < 0.5, float(torch.rand((), generator=g)) < 0.3), seed)
+    pairs = {}
+    for (blur, noise), seed in draws.items():
+        torch.manual_seed(seed)
+        pairs[(blur, noise)] = model.consistency_pair(images, features)
+    prediction, target = pairs[(False, False)]
+    assert prediction.shape == (1, model.channels, 16, 16) and torch.equal(prediction, target)  # clean guide twice
+    for key in ((True, False), (False, True), (True, True)):
+        assert not torch.equal(*pairs[key]) and not pairs[key][1].requires_grad, key
+    assert pairs[(True, True)][0].requires_grad
+
+    recipe = _feature_recipe(tmp_path / "cache")
+    recipe["train"]["consistency_weight"] = 0.1
+    run = tmp_path / "run"
+    train(parse_recipe(recipe), run, progress=False)
+    with open(run / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    values = [float(r["loss_consistency"]) for r in rows if r["loss_consistency"]]
+    assert values and all(math.isfinite(v) and v >= 0 for v in values)
+    segmentation = small_recipe(tmp_path / "cache", train={"consistency_weight": 0.1})
+    with pytest.raises(ConfigError, match=r"train.consistency_weight is read by feature_upsampling recipes only"):
+        parse_recipe(segmentation)

@@ -164,6 +164,7 @@ _TASK_KEYS = {
     "discriminator_base_channels": ("gan", "super_resolution"),
     "adversarial_weight": ("super_resolution",),
     "feature_ratios": ("feature_upsampling",),
+    "consistency_weight": ("feature_upsampling",),
 }
 
 

@@ -178,7 +178,8 @@ class TrainConfig(_Section):
     BatchNorm; ``spectral``: spectral normalisation, a stabiliser); super-resolution adds
     ``adversarial_weight`` times a GAN loss to its L1 loss (0: none; SRGAN/ESRGAN use 1e-3 to 5e-3);
     the feature-upsampling objective (``feature_upsampler`` models) trains at ``feature_ratios``
-    (each step one of them, in turn; ``null``: 2 and 4).
+    (each step one of them, in turn; ``null``: 2 and 4) and adds ``consistency_weight`` times JAFAR's
+    blur/noise consistency term (0: none, upzoo's default; the authors use 0.1).
     """
 
     epochs: PositiveInt = 10
@@ -207,6 +208,7 @@ class TrainConfig(_Section):
     feature_ratios: (
         Annotated[tuple[Annotated[int, Field(strict=True, ge=2, le=16)], ...], Field(min_length=1)] | None
     ) = None
+    consistency_weight: _float(ge=0) = 0.0
     sample_every: PositiveInt | None = None
     loggers: tuple[Literal["csv", "tensorboard"], ...] = ("csv",)
 

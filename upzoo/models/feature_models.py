@@ -71,11 +71,38 @@ class FeatureUpsampler(nn.Module):
         """Image sides must be multiples of the backbone's stride."""
         return (self.backbone.stride, self.backbone.stride)
 
-    def forward(self, image: torch.Tensor, ratio: int | None = None) -> Any:
-        """The features at pixel resolution; with ``ratio``, :meth:`objective`'s triple instead."""
-        if ratio is not None:
-            return self.objective(image, ratio)
-        return upsample(self.upsampler, self.backbone(image), image)
+    def forward(self, image: torch.Tensor, ratio: int | None = None, *, consistency: bool = False) -> Any:
+        """The features at pixel resolution; with ``ratio``, :meth:`objective`'s triple instead (and
+        with ``consistency``, :meth:`consistency_pair`'s two more: one forward pass, as DDP needs)."""
+        if ratio is None:
+            return upsample(self.upsampler, self.backbone(image), image)
+        prediction, target, low = self.objective(image, ratio)
+        if not consistency:
+            return prediction, target, low
+        return prediction, target, low, *self.consistency_pair(image, target)
+
+    def consistency_pair(self, images: torch.Tensor, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """JAFAR's consistency term's pair (the authors' ``train.py``): the full images' ``features``
+        upsampled to half the image size (x stride / 2) guided by the half-size image blurred
+        (Gaussian 5x5, sigma 1, with probability 0.5) and noised (0.02, with probability 0.3), and,
+        without gradient, guided by the clean half-size image. Random draws from torch's generator.
+
+        Raises:
+            ConfigError: a backbone with an odd stride (no half-size grid of whole ratio).
+        """
+        from torchvision.transforms.functional import gaussian_blur
+
+        stride = self.backbone.stride
+        if stride % 2:
+            raise ConfigError(f"the consistency term lifts features x stride / 2: the stride {stride} is odd")
+        clean = F.avg_pool2d(images, 2)
+        noisy = gaussian_blur(clean, [5, 5], [1.0, 1.0]) if float(torch.rand(())) < 0.5 else clean
+        if float(torch.rand(())) < 0.3:
+            noisy = noisy + 0.02 * torch.randn_like(noisy)
+        prediction = self.upsampler.resample(features, noisy.clamp(0, 1), stride // 2)
+        with torch.no_grad():
+            target = self.upsampler.resample(features, clean, stride // 2)
+        return prediction, target
 
     def objective(self, images: torch.Tensor, ratio: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """JAFAR's training pair for images ``(B, 3, H, W)`` in [0, 1] (sides multiples of stride x

@@ -109,6 +109,13 @@ class FeatureUpsamplingTask(Task):
             )
         self.modules = {"model": model}
         self.ratios = tuple(prepared.recipe.train.feature_ratios or DEFAULT_RATIOS)
+        self.consistency = prepared.recipe.train.consistency_weight
+        self.step_columns = ["loss", "loss_consistency"] if self.consistency > 0 else ["loss"]
+        if self.consistency > 0 and model.backbone.stride % 2:
+            raise ConfigError(
+                f"train.consistency_weight: the consistency term lifts features x stride / 2, and the backbone's "
+                f"stride {model.backbone.stride} is odd; set it to 0"
+            )
         self._check_crop(model.backbone.stride * max(self.ratios))
         self.last: dict[str, Any] = {}
 
@@ -126,8 +133,13 @@ class FeatureUpsamplingTask(Task):
         images = ctx.to_device(batch[_key(self.prepared)], image=True)
         ratio = self.ratios[ctx.step % len(self.ratios)]
         with ctx.autocast():
-            prediction, target, _ = ctx.net("model")(images, ratio=ratio)
-        return {"loss": ctx.optimize(feature_loss(prediction, target), "model")}
+            prediction, target, _, *pair = ctx.net("model")(images, ratio=ratio, consistency=self.consistency > 0)
+        loss = feature_loss(prediction, target)
+        if not pair:
+            return {"loss": ctx.optimize(loss, "model")}
+        consistency = feature_loss(*pair)  # the consistency term (its target computed without gradient)
+        total = loss + self.consistency * consistency
+        return {"loss": ctx.optimize(total, "model"), "loss_consistency": float(consistency.detach())}
 
     def evaluate(self, ctx: StepContext) -> dict[str, float]:
         from upzoo.figures import feature_grid
