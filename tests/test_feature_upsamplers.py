@@ -320,3 +320,23 @@ def test_messages_name_the_guide_each_block_takes_and_only_real_spatial_dims():
         block(torch.zeros(1, 4, 5, 5, 5))
     with pytest.raises(ShapeError, match=r"got 5 dims \(1, 8, 4, 4, 4\); add the batch/channel axes$"):
         jafar(torch.rand(1, 8, 4, 4, 4))  # JAFAR has no 3D form to suggest
+
+
+@pytest.mark.parametrize("name", ["jbu", "jafar", "loftup", "anyup"])
+def test_image_guided_blocks_refuse_what_would_come_back_wrong(name):
+    block = create_upsampler(name, spatial_dims=2, in_channels=8, out_channels=8, scale=2, guide_channels=3)
+    x, guide = torch.rand(1, 8, 4, 4), torch.rand(1, 3, 8, 8)
+    nan = x.clone()
+    nan[0, 0, 0, 0] = float("nan")
+    cases = [
+        ((nan, guide), r"the features: 1 of 128 values are NaN or infinite"),
+        ((x, guide.clone().fill_(float("inf"))), r"the guide: 192 of 192 values are NaN or infinite"),
+        ((x.double(), guide), r"the features are torch.float64 and the guide torch.float32; give both one dtype"),
+        ((x, guide.half()), r"the features are torch.float32 and the guide torch.float16"),
+        (((x * 10).long(), guide), r"the features must be floats, got torch.int64; convert with .float\(\)"),
+    ]
+    for (features, image), message in cases:
+        with pytest.raises(ConfigError, match=message):
+            block(features, image)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast mixes dtypes on purpose
+        assert block(x.bfloat16(), guide).shape == (1, 8, 8, 8)

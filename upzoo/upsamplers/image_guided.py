@@ -12,13 +12,14 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from upzoo.checks import check_positive_int
-from upzoo.errors import ShapeError
+from upzoo.checks import check_finite, check_positive_int
+from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import to_ntuple
 from upzoo.upsamplers.base import Upsampler
 
 __all__ = [
     "ImageGuidedUpsampler", "PointwiseEncoder", "ChannelNorm", "rows_with_halo", "halo_rows", "pixel_centres", "Band",
+    "check_feature_inputs",
 ]  # fmt: skip
 
 #: Output rows ``[start, stop)`` of a band, or ``None`` for the whole image (the traced path).
@@ -33,6 +34,27 @@ def pixel_centres(start: int | torch.SymInt, stop: int | torch.SymInt, total: in
     448 rows of a 448-pixel image fall on 288 distinct values (windows and rotations move)."""
     dtype = torch.promote_types(like.dtype, torch.float32)
     return (torch.arange(start, stop, device=like.device, dtype=dtype) + 0.5) / total
+
+
+def check_feature_inputs(x: torch.Tensor, guide: torch.Tensor, owner: str) -> None:
+    """Features and guide as the blocks compute with them: floats, finite, and one dtype outside
+    autocast (a float16 guide beside float32 features would otherwise come back float32, silently).
+    Skipped while compiling or exporting, whose graphs carry no value checks.
+
+    Raises:
+        ConfigError: integer tensors, NaN or inf, or two dtypes outside autocast, naming the fix.
+    """
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return
+    for name, value in (("features", x), ("guide", guide)):
+        if not value.is_floating_point():
+            raise ConfigError(f"{owner}: the {name} must be floats, got {value.dtype}; convert with .float()")
+        check_finite(value, f"{owner}: the {name}")
+    if x.dtype != guide.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise ConfigError(
+            f"{owner}: the features are {x.dtype} and the guide {guide.dtype}; give both one dtype "
+            f"(e.g. guide.to(features.dtype)), or run under torch.autocast"
+        )
 
 
 def halo_rows(band: Band, halo: int, height: int | torch.SymInt) -> tuple:
@@ -118,6 +140,7 @@ class ImageGuidedUpsampler(Upsampler):
         self.proj = None if same else nn.Conv2d(self.in_channels, self.out_channels, 1)
 
     def upsample(self, x: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
+        check_feature_inputs(x, guide, type(self).__name__)
         return self._project(self.lift(x, guide, self.scale))
 
     def resample(self, x: torch.Tensor, guide: torch.Tensor, ratio: int | Sequence[int]) -> torch.Tensor:
@@ -140,6 +163,7 @@ class ImageGuidedUpsampler(Upsampler):
                 f"{type(self).__name__}.resample at ratio {ratio}: expected x (B, {channels}, h, w) and a "
                 f"guide {expected}, got x {tuple(x.shape)} and guide {tuple(guide.shape)}"
             )
+        check_feature_inputs(x, guide, type(self).__name__)
         return self._project(self.lift(x, guide, ratio))
 
     def _project(self, y: torch.Tensor) -> torch.Tensor:
