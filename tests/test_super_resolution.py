@@ -412,3 +412,14 @@ def test_training_pairs_are_paired_crops_of_the_degraded_whole_image():
         )
         own_borders.append(float((degrade(item["target"], scale) != item["image"]).float().mean()))
     assert max(own_borders) > 0.05  # a crop degraded on its own differs: the pairing is what the test checks
+
+
+def test_imresize_refuses_a_size_that_contradicts_its_scale_and_nan_pixels():
+    image = _photo_like(6, (3, 24, 36))
+    with pytest.raises(ShapeError, match=r"size \(10, 18\) contradicts scale 0.5 for a 24x36 image .*\(12, 18\)"):
+        imresize(image, (10, 18), 0.5)
+    assert imresize(image, (12, 18), 0.5).shape == (3, 12, 18)
+    assert bicubic_downscale(_photo_like(7, (3, 48, 45)), 3).shape == (3, 16, 15)  # 1/3 scales to whole sizes
+    image[0, 0, 0] = float("nan")
+    with pytest.raises(ConfigError, match=r"imresize: images: 1 of 2592 values are NaN"):
+        imresize(image, (12, 18), 0.5)

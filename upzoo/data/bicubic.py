@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from upzoo.checks import check_positive_int, check_sizes
+from upzoo.checks import check_finite, check_positive_int, check_sizes
 from upzoo.errors import ConfigError, ShapeError
 
 __all__ = ["resize_matrix", "imresize", "bicubic_downscale"]
@@ -63,8 +63,9 @@ def imresize(images: torch.Tensor, size: tuple[int, int], scale: float) -> torch
     as MATLAB's), computed in float64 and returned in the input's dtype.
 
     Raises:
-        ShapeError: not float images with two spatial axes, or a size that is not two sizes.
-        ConfigError: a scale that is not a positive finite number.
+        ShapeError: not float images with two spatial axes, a size that is not two sizes, or a size
+            that is not MATLAB's for this scale.
+        ConfigError: a scale that is not a positive finite number, or NaN/inf pixels.
     """
     if not isinstance(images, torch.Tensor) or images.ndim < 2 or not images.is_floating_point():
         shown = f"{tuple(images.shape)} {images.dtype}" if isinstance(images, torch.Tensor) else type(images).__name__
@@ -72,7 +73,14 @@ def imresize(images: torch.Tensor, size: tuple[int, int], scale: float) -> torch
     size = check_sizes(size, "imresize size", count=2, error=ShapeError)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
         raise ConfigError(f"imresize: scale must be a positive finite number, got {scale!r}")
+    check_finite(images, "imresize: images")
     height, width = images.shape[-2:]
+    expected = tuple(math.ceil(n * scale - 1e-9) for n in (height, width))  # MATLAB's size for this scale
+    if size != expected:
+        raise ShapeError(
+            f"imresize: size {size} contradicts scale {scale:g} for a {height}x{width} image (MATLAB's size is "
+            f"{expected}); give size={expected}, or the scale that makes {size}"
+        )
     rows = resize_matrix(height, size[0], scale).to(images.device)
     cols = resize_matrix(width, size[1], scale).to(images.device)
     return (rows @ images.double() @ cols.T).to(images.dtype)
