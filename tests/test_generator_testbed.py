@@ -239,6 +239,7 @@ def test_a_testbed_run_writes_psnr_and_the_spectra_over_training_and_resumes(tmp
         assert (run / name).stat().st_size > 1000
     val = summary["val"]
     assert set(val) == {"psnr", "spectral_error", "spectral_error_corners", "images"} and 0 < val["psnr"] < 60
+    assert set(summary["untrained"]) == {"psnr", "spectral_error", "spectral_error_corners"}
     assert summary["spectrum_generated"] == pytest.approx(final["generated"].tolist(), rel=1e-6)
     # PSNR against its definition on the saved 8-bit images: 10 log10(1 / MSE), per image, averaged
     with open(run / "metrics.csv") as f:
@@ -358,6 +359,9 @@ def test_bench_compare_runs_the_testbed_over_blocks_with_psnr_and_spectra(tmp_pa
     for row in rows:
         assert row["seeds"] == 2 and 0 < row["psnr_mean"] < 60 and row["spectral_error_corners_mean"] >= 0
     assert "psnr_diff" in rows[1] and "PSNR dB" in (out / "compare.md").read_text()
+    reference = rows[0]["reference"]  # the untrained generator, its mean over the cells
+    assert reference["label"] == "the untrained generator" and 0 < reference["psnr"] < rows[0]["psnr_mean"] + 60
+    assert "| the untrained generator (reference, not trained) |" in (out / "compare.md").read_text()
     assert (out / "compare_spectra.png").stat().st_size > 1000
 
 

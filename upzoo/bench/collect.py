@@ -157,11 +157,16 @@ def collect_comparison(
 
 def _reference(task: str, summaries: list[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any] | None:
     """What every variant is measured against without training, where the task has it: bicubic
-    upscaling for super-resolution (the same held-out images in every cell)."""
-    if task != "super_resolution" or not summaries:
-        return None
-    val = summaries[0]["val"]
-    return {"label": "bicubic", **{k: float(val[f"bicubic_{k}"]) for k in keys if f"bicubic_{k}" in val}}
+    upscaling for super-resolution (the same held-out images in every cell), the untrained
+    generator for the testbed (its mean over the cells: each cell starts from its own seed)."""
+    if task == "super_resolution" and summaries:
+        val = summaries[0]["val"]
+        return {"label": "bicubic", **{k: float(val[f"bicubic_{k}"]) for k in keys if f"bicubic_{k}" in val}}
+    untrained = [s["untrained"] for s in summaries if isinstance(s.get("untrained"), dict)]
+    if task == "generator_testbed" and untrained:
+        means = {k: statistics.fmean(u[k] for u in untrained) for k in keys if all(k in u for u in untrained)}
+        return {"label": "the untrained generator", **means}
+    return None
 
 
 def cells_machines(summaries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -171,4 +171,5 @@ class GeneratorTestbedTask(Task):
                     title=f"step {step:,}: each generated image above the image it regresses")  # fmt: skip
 
     def summary(self, last: dict[str, float], best: float | None) -> dict[str, Any]:
-        return {"last_loss": last.get("loss", float("nan")), "best_psnr": best, **self.last}
+        untrained = {k.removeprefix("val_"): self.initial[k] for k in self.eval_columns}  # step 0, for comparisons
+        return {"last_loss": last.get("loss", float("nan")), "best_psnr": best, "untrained": untrained, **self.last}
