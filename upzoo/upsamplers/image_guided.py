@@ -39,13 +39,13 @@ def pixel_centres(start: int | torch.SymInt, stop: int | torch.SymInt, total: in
 def check_feature_inputs(x: torch.Tensor, guide: torch.Tensor, owner: str) -> None:
     """Features and guide as the blocks compute with them: floats, finite, and one dtype outside
     autocast (a float16 guide beside float32 features would otherwise come back float32, silently).
-    Skipped while compiling or exporting, whose graphs carry no value checks.
+    Skipped while compiling or exporting, whose graphs carry no value checks, and on the meta device.
 
     Raises:
         ConfigError: integer tensors, NaN or inf, or two dtypes outside autocast, naming the fix.
     """
-    if torch.compiler.is_compiling() or torch.jit.is_tracing():
-        return
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or x.is_meta or guide.is_meta:
+        return  # meta tensors (memory estimates) hold no values
     for name, value in (("features", x), ("guide", guide)):
         if not value.is_floating_point():
             raise ConfigError(f"{owner}: the {name} must be floats, got {value.dtype}; convert with .float()")
