@@ -195,14 +195,13 @@ def test_a_trainer_that_fails_to_set_up_releases_its_folder(tmp_path):
     RunFolder(tmp_path / "run", ["step"], lock=True).close()
 
 
-def test_a_run_says_its_own_time_estimate_once_after_its_first_steps(monkeypatch):
+def test_a_run_says_its_own_time_estimate_once_after_its_first_steps():
     """The first step (warm-up) is left out; the estimate comes once, at the step that completes the
     next ten, from this machine's time per step."""
-    import upzoo.train.monitor as monitor
+    from upzoo.train.monitor import StartEstimate
 
     clock = iter([0.0, 5.0])  # the first step ends at 0 s, the eleventh at 5 s: 0.5 s per step
-    monkeypatch.setattr(monitor.time, "perf_counter", lambda: next(clock))
-    estimate = monitor.StartEstimate(start_step=100, total_steps=1300)
+    estimate = StartEstimate(start_step=100, total_steps=1300, clock=lambda: next(clock))
     said = [estimate.tick(step) for step in range(101, 140)]
     assert said[:10] == [None] * 10 and all(s is None for s in said[11:])
     assert said[10] == "500 ms per step here: about 10 min for the 1,189 steps left (evaluations not counted)"

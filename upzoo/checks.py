@@ -51,6 +51,20 @@ def check_positive_int(value: object, name: str, *, minimum: int = 1, error: typ
     return int(value)  # type: ignore[call-overload]
 
 
+def check_bool(value: object, name: str, *, error: type[UpzooError] = ConfigError) -> bool:
+    """``value`` if it is a bool; anything else (``'no'``, ``1``) is refused, never read as one.
+
+    >>> check_bool(True, "y_channel")
+    True
+
+    Raises:
+        ConfigError (or ``error``): naming the value.
+    """
+    if not isinstance(value, bool):
+        raise error(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def check_odd(value: Any, name: str) -> Any:
     """A kernel size that centres on its pixel: a whole number >= 1 that is odd, or a tuple of them
     (one per axis); returned as it came (an ``int`` or a tuple of ``int``).

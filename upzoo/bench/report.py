@@ -168,6 +168,7 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path) -> tuple[list[
 
     out = Path(out)
     table, columns = display_rows(rows)
+    note = seed_note(rows)
     texts = {
         "compare.json": to_json(rows) + "\n",
         "compare.csv": render_table(table, columns, "csv") + "\n",
@@ -175,7 +176,7 @@ def write_comparison(rows: list[dict[str, Any]], out: str | Path) -> tuple[list[
         + "\n\n"
         + machine_lines(rows)
         + "\n"
-        + (seed_note(rows) + "\n" if seed_note(rows) else ""),
+        + (note + "\n" if note else ""),
     }
     for name, text in texts.items():
         atomic_write(out / name, lambda tmp, text=text: tmp.write_text(text))

@@ -235,8 +235,9 @@ def _collect_and_report(out, device: str, amp: str, rounds: int, as_json: bool, 
         raise UpzooError(f"no cell of {out} has finished yet ({len(missing)} missing); run the plan, then collect")
     table, columns = write_comparison(rows, out)
     click.echo(f"runs, compare.md/csv/json and compare.png in {out}", err=True)
-    if seed_note(rows):
-        click.echo(seed_note(rows).removeprefix("- "), err=True)
+    note = seed_note(rows)
+    if note:
+        click.echo(note.removeprefix("- "), err=True)
     if as_json:
         click.echo(to_json(rows))
     else:

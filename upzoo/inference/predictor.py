@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from upzoo.checks import check_finite, check_sizes, check_spacing
+from upzoo.checks import check_bool, check_finite, check_sizes, check_spacing
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.inference.backends import Backend, model_runner
 from upzoo.runs.trained_model import LoadedModel
@@ -202,8 +202,7 @@ class Predictor:
         resample: bool = True,
     ) -> None:
         _check_arguments(loaded, tta, scales, window, overlap, window_batch)
-        if not isinstance(resample, bool):
-            raise ConfigError(f"resample must be True or False, got {resample!r}")
+        check_bool(resample, "resample")
         self.loaded, self.device = loaded, resolve_device(device, "device")
         self.model = loaded.model.to(self.device).eval()
         if backend == "onnxruntime" and amp:

@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 import torch
 
-from upzoo.checks import check_finite, check_positive_int
+from upzoo.checks import check_bool, check_finite, check_positive_int
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.metrics.results import ImageScores
 from upzoo.metrics.streaming import StreamingMetric
@@ -51,7 +51,7 @@ def _prepared(output: torch.Tensor, target: torch.Tensor, crop_border: int, y_ch
                 f"image quality: {name} must be in [0, 1], got values in [{low:.4g}, {high:.4g}]; divide 0-255 "
                 f"images by 255, map [-1, 1] with (x + 1) / 2, and clamp a network's output to [0, 1]"
             )
-    _check_flag(y_channel, "y_channel")
+    check_bool(y_channel, "y_channel")
     if output.shape != target.shape:
         raise ShapeError(f"image quality: output {tuple(output.shape)} and target {tuple(target.shape)} differ")
     crop = check_positive_int(crop_border, "crop_border", minimum=0)
@@ -153,17 +153,6 @@ def psnr_ssim(
     return ImageScores(_psnr(a, b).to(output.device), _ssim(a, b).to(output.device))
 
 
-def _check_flag(value: object, name: str) -> bool:
-    """A bool, refused otherwise (``'no'`` is not False).
-
-    Raises:
-        ConfigError: naming the value.
-    """
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
 class ImageQuality(StreamingMetric):
     """Streaming mean PSNR and SSIM over a test set (per-image values, float64 sums): ``update``
     with batches of outputs and targets (any sizes batch to batch), then ``compute``. Its defaults
@@ -181,7 +170,7 @@ class ImageQuality(StreamingMetric):
 
     def __init__(self, *, crop_border: int = 0, y_channel: bool = False, sync_on_compute: bool = True) -> None:
         self.crop_border = check_positive_int(crop_border, "crop_border", minimum=0)
-        self.y_channel = _check_flag(y_channel, "y_channel")
+        self.y_channel = check_bool(y_channel, "y_channel")
         super().__init__(sync_on_compute=sync_on_compute)
         self.add_state("psnr_values", None, "cat")  # one float64 value per image
         self.add_state("ssim_values", None, "cat")

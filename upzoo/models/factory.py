@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import nn
 
+from upzoo.checks import check_bool
 from upzoo.errors import ConfigError, RegistryError
 from upzoo.models.dcgan import DCGANDiscriminator, DCGANGenerator
 from upzoo.models.feature_models import FeatureUpsampler, LinearProbe
@@ -65,8 +66,7 @@ def architecture_entry(
     flags = {"latent_input": latent_input, "frozen_backbone": frozen_backbone}
     flags = {k: getattr(factory, k, False) if v is None else v for k, v in flags.items()}
     for key, value in flags.items():
-        if not isinstance(value, bool):
-            raise RegistryError(f"architecture {name!r}: {key} must be True or False, got {value!r}")
+        check_bool(value, f"architecture {name!r}: {key}", error=RegistryError)
     return ArchitectureInfo(name, factory, task, origin=origin, **flags)
 
 

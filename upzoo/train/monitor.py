@@ -56,8 +56,8 @@ class StartEstimate:
     first step, which warms up, left out): ms per step on this machine and the minutes for the steps
     left, evaluations not counted."""
 
-    def __init__(self, start_step: int, total_steps: int, after: int = 10) -> None:
-        self.start, self.total, self.after = start_step, total_steps, after
+    def __init__(self, start_step: int, total_steps: int, after: int = 10, clock: Any = time.perf_counter) -> None:
+        self.start, self.total, self.after, self.clock = start_step, total_steps, after, clock
         self.first: float | None = None
         self.said = False
 
@@ -66,12 +66,12 @@ class StartEstimate:
         if self.said:
             return None
         if step == self.start + 1:
-            self.first = time.perf_counter()
+            self.first = self.clock()
             return None
         if self.first is None or step < self.start + 1 + self.after or step >= self.total:
             return None
         self.said = True
-        per_step = (time.perf_counter() - self.first) / (step - self.start - 1)
+        per_step = (self.clock() - self.first) / (step - self.start - 1)
         left = self.total - step
         return (
             f"{per_step * 1e3:.0f} ms per step here: about {max(1, round(left * per_step / 60))} min for the "
