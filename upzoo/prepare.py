@@ -131,4 +131,21 @@ def prepare(recipe: Recipe) -> Prepared:
             f"model has {classes} classes but the data has {bundle.num_classes}; set model.{key}: {bundle.num_classes}"
         )
     palette, mean, std = image_conventions(recipe.data)
+    check_pretrained_normalization(spec, recipe.data.kind, mean)
     return Prepared(recipe, spec, bundle, bundle.num_classes or classes, palette, mean, std)
+
+
+def check_pretrained_normalization(spec: ModelSpec, kind: str, mean: tuple[float, ...] | None) -> None:
+    """A pretrained encoder takes ImageNet-normalised images (and converts them to its own normalisation).
+
+    Raises:
+        ConfigError: ``encoder_weights: imagenet-lite`` with data normalised otherwise.
+    """
+    from upzoo.data.conventions import IMAGENET_MEAN
+    from upzoo.models.pretrained import IMAGENET_LITE
+
+    if spec.options.get("encoder_weights") == IMAGENET_LITE and (kind != "cityscapes" or mean != IMAGENET_MEAN):
+        raise ConfigError(
+            f"model.encoder_weights {IMAGENET_LITE!r} takes 2D RGB images normalised with the ImageNet mean and std; "
+            f"this recipe's data (kind {kind!r}) is not: use data.normalize: imagenet with 2D image data"
+        )

@@ -8,7 +8,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["image_conventions"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "image_conventions"]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def image_conventions(data: Any) -> tuple[np.ndarray | None, tuple[float, ...] | None, tuple[float, ...] | None]:
@@ -18,7 +21,6 @@ def image_conventions(data: Any) -> tuple[np.ndarray | None, tuple[float, ...] |
     if data.kind != "cityscapes":
         return None, None, None
     from upzoo.data.cityscapes import PALETTE
-    from upzoo.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 
     if data.normalize in (None, "imagenet"):
         return PALETTE, IMAGENET_MEAN, IMAGENET_STD

@@ -13,12 +13,10 @@ import cv2  # noqa: E402
 from albumentations.pytorch import ToTensorV2  # noqa: E402
 
 from upzoo.data.cityscapes import IGNORE_INDEX  # noqa: E402
+from upzoo.data.conventions import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
 from upzoo.errors import ConfigError  # noqa: E402
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "segmentation_2d", "volume_3d", "gan_images"]
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def _normalize(mode: Literal["imagenet", "minmax"]) -> list:

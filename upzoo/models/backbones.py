@@ -14,6 +14,7 @@ from torch import nn
 
 from upzoo.checks import check_positive_int, is_int
 from upzoo.errors import ConfigError, ShapeError, did_you_mean
+from upzoo.models.pretrained import IMAGENET_LITE, pretrained_lite_model
 
 __all__ = [
     "FrozenBackbone", "timm_backbone", "timm_features", "build_backbone", "register_run_reader", "read_run",
@@ -118,6 +119,8 @@ def _create_timm(name: str, weights: str | Path) -> nn.Module:
     if (name not in known) if tagged else not timm.is_model(name):
         raise ConfigError(f"timm does not know a model {name!r}{did_you_mean(name, known)}")
     options: dict[str, Any] = {"num_classes": 0}
+    if weights == IMAGENET_LITE:
+        return pretrained_lite_model(name, **options)
     if weights != RANDOM_WEIGHTS:
         path = Path(weights).expanduser()
         if not path.is_file():

