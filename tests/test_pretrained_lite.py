@@ -135,7 +135,7 @@ def test_unet_encoder_is_the_pretrained_network_on_imagenet_normalised_images():
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("architecture", ["smp_unet", "smp_fpn", "smp_deeplabv3plus"])
+@pytest.mark.parametrize("architecture", ["smp_unet", "smp_fpn", "smp_upernet", "smp_segformer", "smp_deeplabv3plus"])
 def test_smp_models_take_the_pretrained_encoder(architecture):
     spec = {"architecture": architecture, "encoder_name": "tu-tf_efficientnet_lite0", "num_classes": 4}
     model = build_model({**spec, "encoder_weights": "imagenet-lite"}).eval()
@@ -196,3 +196,39 @@ def test_pretrained_encoder_refuses_data_normalised_otherwise():
         expected = r"normalised with the ImageNet mean and std; this recipe's data \(kind '\w+'\) is not: use"
         with pytest.raises(ConfigError, match=expected + r" data.normalize: imagenet"):
             check_pretrained_normalization(spec, kind, mean)
+
+
+def test_perceptual_loss_is_the_l1_of_the_pretrained_features():
+    loss = lite.PerceptualLoss()
+    reference = lite.pretrained_lite_model("tf_efficientnet_lite0").eval()  # the whole network, another path
+    g = torch.Generator().manual_seed(4)
+    output, target = torch.rand(2, 3, 48, 48, generator=g, requires_grad=True), torch.rand(2, 3, 48, 48, generator=g)
+    with torch.no_grad():
+        features = [reference.forward_intermediates((x - 0.5) / 0.5, indices=[1, 2, 3], intermediates_only=True)
+                    for x in (output, target)]  # fmt: skip
+    expected = torch.stack([(a - b).abs().mean() for a, b in zip(*features)]).mean()
+    value = loss.train()(output, target)
+    assert torch.allclose(value, expected, rtol=1e-5)
+    value.backward()
+    assert output.grad is not None and output.grad.abs().sum() > 0
+    assert all(p.grad is None and not p.requires_grad for p in loss.parameters()) and not loss.network.training
+    grey = torch.rand(1, 1, 32, 32, generator=g)
+    assert torch.equal(loss(grey, grey * 0.5), loss(grey.expand(-1, 3, -1, -1), (grey * 0.5).expand(-1, 3, -1, -1)))
+
+
+def test_super_resolution_trains_with_the_perceptual_term(tmp_path):
+    from test_super_resolution_use import sr_recipe
+
+    from upzoo.recipe import parse_recipe
+    from upzoo.train.engine import train
+
+    train(parse_recipe(sr_recipe(train__perceptual_weight=0.1)), tmp_path / "run", progress=False)
+    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
+    assert "loss_perceptual" in header
+    state = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
+    assert not any("network" in key or "conv_stem" in key for key in state["model"])  # the loss is not saved
+    with pytest.raises(ConfigError, match="train.perceptual_weight is read by super_resolution recipes only"):
+        parse_recipe({"model": {"spatial_dims": 2, "in_channels": 3, "num_classes": 2},
+                      "train": {"perceptual_weight": 0.1}})  # fmt: skip
+    with pytest.raises(ConfigError, match="perceptual_weight"):
+        parse_recipe(sr_recipe(train__perceptual_weight=-1))

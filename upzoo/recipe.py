@@ -163,6 +163,7 @@ _TASK_KEYS = {
     "sample_every": ("gan",),
     "discriminator_base_channels": ("gan", "super_resolution"),
     "adversarial_weight": ("super_resolution",),
+    "perceptual_weight": ("super_resolution",),
     "feature_ratios": ("feature_upsampling",),
     "consistency_weight": ("feature_upsampling",),
 }

@@ -176,7 +176,9 @@ class TrainConfig(_Section):
     bfloat16 or float16 autocast (float16 with a gradient scaler); ``loggers`` adds TensorBoard to the
     CSV file; GANs use ``discriminator_base_channels`` and ``discriminator_norm`` (``batch``: DCGAN's
     BatchNorm; ``spectral``: spectral normalisation, a stabiliser); super-resolution adds
-    ``adversarial_weight`` times a GAN loss to its L1 loss (0: none; SRGAN/ESRGAN use 1e-3 to 5e-3);
+    ``adversarial_weight`` times a GAN loss to its L1 loss (0: none; SRGAN/ESRGAN use 1e-3 to 5e-3)
+    and ``perceptual_weight`` times an L1 distance of frozen ImageNet EfficientNet-Lite0 features (a
+    stand-in for SRGAN/ESRGAN's VGG loss, whose weights cannot be had offline; 0: none);
     the feature-upsampling objective (``feature_upsampler`` models) trains at ``feature_ratios``
     (each step one of them, in turn; ``null``: 2 and 4) and adds ``consistency_weight`` times JAFAR's
     blur/noise consistency term (0: none, upzoo's default; the authors use 0.1).
@@ -205,6 +207,7 @@ class TrainConfig(_Section):
     discriminator_base_channels: PositiveInt = 64
     discriminator_norm: Literal["batch", "spectral"] = "batch"
     adversarial_weight: _float(ge=0) = 0.0
+    perceptual_weight: _float(ge=0) = 0.0
     feature_ratios: (
         Annotated[tuple[Annotated[int, Field(strict=True, ge=2, le=16)], ...], Field(min_length=1)] | None
     ) = None

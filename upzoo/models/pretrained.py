@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from upzoo.data.conventions import IMAGENET_MEAN, IMAGENET_STD
@@ -38,7 +39,7 @@ from upzoo.errors import ConfigError, did_you_mean
 
 __all__ = [
     "IMAGENET_LITE", "LITE_ARCHITECTURES", "InputNormalization", "convert_lite_state_dict", "lite_state_dict",
-    "lite_weights_path", "load_pretrained_lite", "pretrained_lite_model",
+    "lite_weights_path", "load_pretrained_lite", "pretrained_lite_model", "PerceptualLoss",
 ]  # fmt: skip
 
 IMAGENET_LITE = "imagenet-lite"  # the weights' name in recipes and the Python API
@@ -194,3 +195,34 @@ class InputNormalization(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * self.scale.to(x.dtype) + self.shift.to(x.dtype)
+
+
+class PerceptualLoss(nn.Module):
+    """``mean_l L1(phi_l(output), phi_l(target))`` over frozen ImageNet EfficientNet-Lite features
+    ``phi_l`` at strides 4, 8 and 16 (timm's ``features_only`` indices 1-3), for images in [0, 1]
+    (one channel repeated to RGB), normalised as the network was trained. A stand-in for
+    SRGAN/ESRGAN's VGG19 loss, whose weights cannot be had offline: another network, so not their loss.
+    The network never trains (no parameter takes a gradient, eval mode) and is not part of any
+    checkpoint; gradients flow to ``output`` only.
+
+    Raises:
+        ConfigError: see :func:`pretrained_lite_model`.
+    """
+
+    def __init__(self, architecture: str = "tf_efficientnet_lite0", indices: Sequence[int] = (1, 2, 3)) -> None:
+        super().__init__()
+        network = pretrained_lite_model(architecture, features_only=True, out_indices=tuple(indices))
+        self.network = network.eval().requires_grad_(False)
+
+    def train(self, mode: bool = True) -> PerceptualLoss:
+        super().train(mode)
+        self.network.eval()  # frozen: BatchNorm statistics stay as trained
+        return self
+
+    def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if output.shape[1] == 1:
+            output, target = output.expand(-1, 3, -1, -1), target.expand(-1, 3, -1, -1)
+        with torch.no_grad():
+            wanted = self.network((target.float() - 0.5) / 0.5)
+        got = self.network((output.float() - 0.5) / 0.5)
+        return torch.stack([F.l1_loss(a, b) for a, b in zip(got, wanted)]).mean()

@@ -18,6 +18,7 @@ from upzoo.metrics.checkerboard import image_checkerboard
 from upzoo.metrics.image_quality import ImageQuality
 from upzoo.metrics.spectrum import empty_rings, radial_power_spectrum, spectral_error
 from upzoo.models import build_model
+from upzoo.models.pretrained import PerceptualLoss
 from upzoo.models.super_resolution import SRDiscriminator
 from upzoo.train.context import StepContext
 from upzoo.train.tasks import Task
@@ -128,8 +129,10 @@ def evaluate_super_resolution(
 class SuperResolutionTask(Task):
     """L1 between the network's output and the high-resolution crop; with ``train.adversarial_weight``
     > 0 also a discriminator (:class:`~upzoo.models.super_resolution.SRDiscriminator`) and the
-    non-saturating GAN loss (SRGAN's recipe without its VGG loss, whose weights would have to be
-    downloaded). Evaluated on the held-out images; ``best.pt`` by Y-channel PSNR."""
+    non-saturating GAN loss (SRGAN's recipe); with ``train.perceptual_weight`` > 0 also an L1 distance
+    of frozen ImageNet EfficientNet-Lite0 features (:class:`~upzoo.models.pretrained.PerceptualLoss`,
+    a stand-in for SRGAN's VGG loss, whose weights cannot be had offline). Evaluated on the held-out
+    images; ``best.pt`` by Y-channel PSNR."""
 
     kind = "super_resolution"
     eval_columns = [f"val_{k}" for k in METRICS]
@@ -144,7 +147,10 @@ class SuperResolutionTask(Task):
         if self.adversarial > 0:
             channels = prepared.spec.options.get("in_channels", 3)
             self.modules["discriminator"] = SRDiscriminator(channels, prepared.recipe.train.discriminator_base_channels)
+        self.perceptual_weight = prepared.recipe.train.perceptual_weight
+        self.perceptual = PerceptualLoss() if self.perceptual_weight > 0 else None  # frozen, never saved
         self.step_columns = ["loss", "loss_l1"] + (["loss_d", "loss_adversarial"] if self.adversarial > 0 else [])
+        self.step_columns += ["loss_perceptual"] if self.perceptual is not None else []
         self.last: dict[str, Any] = {}
 
     def step(self, batch: dict, ctx: StepContext) -> dict[str, float]:
@@ -166,6 +172,10 @@ class SuperResolutionTask(Task):
             adversarial = F.binary_cross_entropy_with_logits(logits_g, torch.ones_like(logits_g))
             values["loss_adversarial"] = float(adversarial.detach())
             loss = l1 + self.adversarial * adversarial
+        if self.perceptual is not None:
+            perceptual = self.perceptual.to(output.device)(output, target)
+            values["loss_perceptual"] = float(perceptual.detach())
+            loss = loss + self.perceptual_weight * perceptual
         values["loss_l1"] = float(l1.detach())
         return {"loss": ctx.optimize(loss, "model"), **values}
 
