@@ -232,3 +232,13 @@ def test_super_resolution_trains_with_the_perceptual_term(tmp_path):
                       "train": {"perceptual_weight": 0.1}})  # fmt: skip
     with pytest.raises(ConfigError, match="perceptual_weight"):
         parse_recipe(sr_recipe(train__perceptual_weight=-1))
+
+
+def test_backbone_refuses_images_outside_0_1():
+    backbone = timm_backbone("tf_efficientnet_lite0", "imagenet-lite", 3)
+    image = torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    backbone(image * 1.2 - 0.1)  # resampling overshoot passes
+    for bad, shown in ((image * 255, r"from \d.* to 25\d"), ((image - 0.45) / 0.225, r"from -2")):
+        with pytest.raises(ConfigError, match=r"takes images in \[0, 1\] \(it normalises them itself\), got values "
+                                              + shown + r".*divide 0-255 pixels by 255"):  # fmt: skip
+            backbone(bad)

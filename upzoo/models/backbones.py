@@ -91,6 +91,24 @@ class FrozenBackbone(nn.Module):
                 f"crop or resize to e.g. {fitted}"
             )
 
+    def check_range(self, image: torch.Tensor) -> None:
+        """Raise ``ConfigError`` for images far outside [0, 1] (0-255 pixels, already normalised ones):
+        the backbone would compute features of something else. Resampling overshoot (within 0.5 of the
+        range) passes; skipped while traced (compile, export, the shape tools' meta device), where there
+        are no values.
+
+        Raises:
+            ConfigError: the images' smallest and largest values, and the fix.
+        """
+        if torch.compiler.is_compiling() or not image.numel() or image.device.type == "meta":
+            return
+        low, high = float(image.detach().amin()), float(image.detach().amax())
+        if low < -0.5 or high > 1.5:
+            raise ConfigError(
+                f"{self.name} takes images in [0, 1] (it normalises them itself), got values from {low:.3g} to "
+                f"{high:.3g}; divide 0-255 pixels by 255, and give un-normalised images (data.normalize: minmax)"
+            )
+
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         """The normalised images' features at the layer, ``(B, C, H / stride, W / stride)``, without
         gradients.
@@ -98,12 +116,14 @@ class FrozenBackbone(nn.Module):
         Raises:
             ShapeError: images that are not ``(B, C, H, W)`` of the backbone's channels, or sides that
                 are not multiples of the stride.
+            ConfigError: images far outside [0, 1] (see :meth:`check_range`).
         """
         if image.dim() != 4 or image.shape[1] != self.mean.shape[1]:
             raise ShapeError(
                 f"{self.name} takes images (B, {self.mean.shape[1]}, H, W) in [0, 1], got shape {tuple(image.shape)}"
             )
         self.check_size(image.shape[-2:])
+        self.check_range(image)
         with torch.no_grad():
             return self._extract(self.model, (image - self.mean.to(image.dtype)) / self.std.to(image.dtype))
 
