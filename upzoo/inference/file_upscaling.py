@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from upzoo.errors import ConfigError, DataError, UpzooError
+from upzoo.errors import DataError, UpzooError
 from upzoo.inference.files import named_inputs
 from upzoo.inference.run import planned_outputs
-from upzoo.inference.tiled_upscaling import read_unit_image, receptive_radius, tiled_output, write_unit_image
+from upzoo.inference.tiled_upscaling import check_tiling, read_unit_image, tiled_output, write_unit_image
 from upzoo.runs.trained_model import LoadedModel
 from upzoo.runtime import FolderLock, atomic_write, autocast, terminate_as_interrupt
 
@@ -23,23 +23,16 @@ __all__ = ["upscale_files", "tiling"]
 
 
 def tiling(loaded: LoadedModel, tile: int | None) -> tuple[int | None, int]:
-    """``(tile, halo)`` for ``--tile`` (``None``: whole images): the halo is the model's receptive
-    radius, and a tile must keep at least as many pixels as it reads around them.
+    """``(tile, halo)`` for ``--tile`` (``None``: whole images), by the rule of ``upscale``
+    (:func:`~upzoo.inference.tiled_upscaling.check_tiling`): the halo is the model's receptive radius.
 
     Raises:
-        ConfigError: a tile smaller than ``4 * radius + 1`` (the receptive field plus a core as wide).
+        ConfigError: a tile that keeps no core inside the halo (``< 2 * radius + 1``).
     """
     if tile is None:
         return None, 0
     options = loaded.spec.options
-    radius = receptive_radius(loaded.model, options.get("in_channels", 3), options["scale"])
-    smallest = 4 * radius + 1
-    if tile < smallest:
-        raise ConfigError(
-            f"--tile {tile} is smaller than this model's receptive field allows: each output pixel depends on "
-            f"{radius} input pixels on each side, so a tile needs at least {smallest}; use --tile {smallest} or more"
-        )
-    return tile, radius
+    return check_tiling(loaded.model, options.get("in_channels", 3), options["scale"], tile, name="--tile")
 
 
 def upscale_files(

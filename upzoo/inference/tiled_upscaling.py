@@ -19,7 +19,7 @@ from torch import nn
 from upzoo.checks import check_finite, check_positive_int
 from upzoo.errors import ConfigError, DataError, ShapeError
 
-__all__ = ["receptive_radius", "upscale", "read_unit_image", "write_unit_image"]
+__all__ = ["receptive_radius", "check_tiling", "upscale", "read_unit_image", "write_unit_image"]
 
 
 @torch.no_grad()
@@ -89,15 +89,18 @@ def _check_image(image: object, channels: int | None) -> torch.Tensor:
     return image
 
 
-def _check_tiling(model: nn.Module, channels: int, scale: int, tile: object, halo: object) -> tuple[int, int]:
-    """``(tile, halo)`` checked: the halo defaults to the model's receptive radius, and a smaller one
-    (whose tiles would show seams) is refused.
+def check_tiling(
+    model: nn.Module, channels: int, scale: int, tile: object, halo: object = None, name: str = "upscale: tile"
+) -> tuple[int, int]:
+    """``(tile, halo)`` checked, the one rule of ``upscale`` and ``upzoo predict --tile``: the halo
+    defaults to the model's receptive radius, a smaller one (whose tiles would show seams) is
+    refused, and a tile must keep a core of at least one pixel, ``tile >= 2 * halo + 1``.
 
     Raises:
         ConfigError: a tile or halo that is not a whole number (>= 1, >= 0), a halo below the
-            receptive radius, or a tile that keeps nothing.
+            receptive radius, or a tile that keeps nothing (``name`` names the tile's option).
     """
-    tile = check_positive_int(tile, "upscale: tile")
+    tile = check_positive_int(tile, name)
     radius = receptive_radius(model, channels, scale)
     halo = radius if halo is None else check_positive_int(halo, "upscale: halo", minimum=0)
     if halo < radius:
@@ -107,8 +110,8 @@ def _check_tiling(model: nn.Module, channels: int, scale: int, tile: object, hal
         )
     if tile - 2 * halo < 1:
         raise ConfigError(
-            f"upscale: a tile of {tile} pixels keeps nothing of a halo of {halo} on each side; "
-            f"use tile >= {2 * halo + 1}"
+            f"{name} {tile} keeps nothing of a halo of {halo} pixels on each side (this model's receptive radius is "
+            f"{radius}); use {name.split(': ')[-1]} >= {2 * halo + 1}"
         )
     return tile, halo
 
@@ -136,7 +139,7 @@ def upscale(
     image = _check_image(image, getattr(model, "in_channels", None))
     device = torch.device(device)
     if tile is not None:
-        tile, halo = _check_tiling(model, image.shape[0], scale, tile, halo)
+        tile, halo = check_tiling(model, image.shape[0], scale, tile, halo)
     return tiled_output(model, image, scale, tile, halo or 0, device)
 
 
