@@ -60,3 +60,16 @@ def test_eval_features_names_the_pretrained_extractor():
     assert feature_extractor("efficientnet-lite1").name == "efficientnet-lite1"
     with pytest.raises(ConfigError, match=r"give efficientnet-lite0, efficientnet-lite1, efficientnet-lite2 "):
         feature_extractor("efficientnet-lite7")
+
+
+def test_a_gan_run_reports_fd_on_pretrained_features(tmp_path):
+    import json
+
+    from test_gan_evaluation import gan_recipe
+
+    from upzoo.recipe import parse_recipe
+    from upzoo.train.engine import train
+
+    train(parse_recipe(gan_recipe(tmp_path / "cache", features="efficientnet-lite0")), tmp_path / "run", progress=False)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["fd_name"] == "FD (features: efficientnet-lite0)" and summary["fd"] > 0
