@@ -232,3 +232,21 @@ def test_a_super_resolution_comparison_shows_bicubic_as_its_untrained_reference(
     assert table[-1]["Δ PSNR Y dB"] == "—" and table[-1]["ms / image (64x96)"] == "—"
     evidence_chart([row], tmp_path / "compare.png")
     assert (tmp_path / "compare.png").stat().st_size > 1000
+
+
+def test_the_chart_stops_bounded_metrics_at_1(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from upzoo.bench.report import evidence_chart
+
+    row = {"upsampler": "x", "seeds": 2, "ms": 2.0, "ms_q1": 1.9, "ms_q3": 2.1, "input": [1, 3, 8, 8]}
+    for key, mean, half in (("psnr_y", 33.0, 0.5), ("ssim_y", 0.98, 0.07)):  # 2 seeds: an interval past 1
+        row |= {f"{key}_mean": mean, f"{key}_std": 0.01, f"{key}_ci_low": mean - half,
+                f"{key}_ci_high": mean + half, f"{key}_per_seed": [mean - 0.01, mean + 0.01]}  # fmt: skip
+    limits = {}
+    saved = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (limits.update(
+        {ax.get_title(): ax.get_ylim() for ax in fig.axes}), saved(fig, *a, **k))[1])  # fmt: skip
+    evidence_chart([row], tmp_path / "compare.png")
+    assert limits["SSIM Y (2 seeds)"][1] == 1.0 and limits["SSIM Y (2 seeds)"][0] < 0.91
+    assert limits["PSNR Y dB (2 seeds)"][1] > 33.5  # unbounded metrics keep matplotlib's margin

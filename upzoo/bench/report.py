@@ -33,6 +33,8 @@ TITLES = {
     "fd": "FD",
     "checkerboard": "checkerboard",
 }
+#: metrics that cannot exceed 1: their axes stop there even where a few seeds' interval reaches past it
+AT_MOST_ONE = {"miou", "boundary_iou", "boundary_fscore", "thin_iou", "mean_dice", "surface_dice", "ssim_y"}
 
 
 def quality_keys(rows: list[dict[str, Any]]) -> list[str]:
@@ -101,7 +103,8 @@ def seed_note(rows: list[dict[str, Any]]) -> str:
 
 def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
     """One panel per quality metric (mean as a marker, 95 % interval as error bars, each seed as a
-    dot; the axis spans the values, not zero, so that differences of a tenth of a dB show) and the
+    dot; the axis spans the values, not zero, so that differences of a tenth of a dB show, and stops
+    at 1 for metrics that cannot exceed it) and the
     inference time (bars: median, interquartile range as error bars), as one PNG."""
     import matplotlib
 
@@ -127,6 +130,8 @@ def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
             ax.axhline(reference[key], color="grey", linestyle="--", label=f"{reference['label']} (not trained)")
         ax.set_xticks(x, names, rotation=40, ha="right")
         ax.set_xlim(-0.5, len(rows) - 0.5)
+        if key in AT_MOST_ONE and ax.get_ylim()[1] > 1:
+            ax.set_ylim(top=1.0)
         ax.grid(axis="y", alpha=0.3)
         ax.set_title(f"{TITLES[key]} ({rows[0]['seeds']} seeds)")
     ax = axes[-1]
