@@ -42,7 +42,7 @@ def build_workspace(path: Path, root: Path) -> Path:
     gan_data = {"kind": "images", "synthetic_train": 8, "synthetic_val": 8, "batch_size": 2}
     gan_train = {"discriminator_base_channels": 4}
     _train(
-        {"model": dcgan, "data": gan_data, "train": gan_train, "eval": {"gan_images": 16}}, runs / "dcgan-<time>", cache
+        {"model": dcgan, "data": gan_data, "train": gan_train, "eval": {"gan_images": 16, "features": None}}, runs / "dcgan-<time>", cache
     )
 
     espcn = {"architecture": "espcn", "scale": 2, "channels": [4, 4]}

@@ -65,6 +65,7 @@ def gan_run(cache, tmp_path_factory) -> Path:
             "cache_dir": cache,
         },
         "train": {"max_steps": 1, "discriminator_base_channels": 4},
+        "eval": {"features": None},
     }
     train(parse_recipe(recipe), folder, progress=False)
     return folder

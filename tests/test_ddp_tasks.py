@@ -27,7 +27,7 @@ def _gan(cache, upsampler: str) -> dict:
         "data": {"kind": "images", "synthetic_train": 8, "synthetic_val": 16, "batch_size": 2, "num_workers": 0,
                  "cache_dir": str(cache)},
         "train": {**EVERY_STEP, "sample_every": 1, "discriminator_base_channels": 4},
-        "eval": {"gan_images": 16},
+        "eval": {"gan_images": 16, "features": None},
     }  # fmt: skip
 
 

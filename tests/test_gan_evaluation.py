@@ -31,7 +31,7 @@ def gan_recipe(cache: Path, **eval_section) -> dict:
             "cache_dir": str(cache),
         },  # fmt: skip
         "train": {"max_steps": 2, "sample_every": 2, "discriminator_base_channels": 4},
-        "eval": {"gan_images": 16, **eval_section},
+        "eval": {"gan_images": 16, "features": None, **eval_section},
     }
 
 

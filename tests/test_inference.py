@@ -255,6 +255,7 @@ def gan_run(tmp_path_factory) -> Path:
             "cache_dir": str(root / "cache"),
         },
         "train": {"max_steps": 1, "discriminator_base_channels": 4},
+        "eval": {"features": None},
     }
     train(parse_recipe(recipe), root / "run", progress=False)
     return root / "run"

