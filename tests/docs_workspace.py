@@ -41,9 +41,8 @@ def build_workspace(path: Path, root: Path) -> Path:
     dcgan = {"architecture": "dcgan", "latent_dim": 8, "out_channels": 3, "resolution": 16, "base_channels": 4}
     gan_data = {"kind": "images", "synthetic_train": 8, "synthetic_val": 8, "batch_size": 2}
     gan_train = {"discriminator_base_channels": 4}
-    _train(
-        {"model": dcgan, "data": gan_data, "train": gan_train, "eval": {"gan_images": 16, "features": None}}, runs / "dcgan-<time>", cache
-    )
+    gan_eval = {"gan_images": 16, "features": None}
+    _train({"model": dcgan, "data": gan_data, "train": gan_train, "eval": gan_eval}, runs / "dcgan-<time>", cache)
 
     espcn = {"architecture": "espcn", "scale": 2, "channels": [4, 4]}
     sr_data = {"kind": "package_images", "package_train": ["chelsea"], "package_val": ["coffee"],
