@@ -112,6 +112,7 @@ def test_flops_of_a_convolution():
     assert count_flops(conv, torch.zeros(1, 4, 10, 10)) == 2 * 4 * 8 * 9 * 100
 
 
+@pytest.mark.slow
 def test_bench_blocks_rows():
     rows = bench_blocks((1, 8, 16, 16), runs=2)
     names = [r["block"] for r in rows]
@@ -130,6 +131,7 @@ def test_bench_blocks_rows():
 _cli = run_cli
 
 
+@pytest.mark.slow
 def test_bench_commands(tmp_path):
     result = _cli("bench", "blocks", "--shape", "1x4x8x8", "--runs", "1", "--json")
     assert result.returncode == 0, result.stderr

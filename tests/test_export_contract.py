@@ -93,6 +93,7 @@ def test_a_pt2_says_it_needs_upzoo_and_portable_exports_do_not(run_dir, tmp_path
         assert "load it after 'import upzoo', or export again with --portable" in result.stderr
 
 
+@pytest.mark.slow
 def test_predict_through_onnxruntime_gives_the_eager_labels(run_dir, tmp_path):
     from upzoo.errors import ConfigError
 

@@ -389,6 +389,7 @@ def test_eval_accepts_a_run_folder_and_names_a_checkpoint_of_another_recipe(run_
     assert "evaluating a RECIPE needs --checkpoint" in one_line_error(capsys)
 
 
+@pytest.mark.slow
 def test_the_schema_accepts_exactly_what_the_loader_accepts(tmp_path):
     import jsonschema
 
@@ -481,6 +482,7 @@ def test_an_interrupted_comparison_cell_is_continued_and_a_foreign_one_refused(t
         _finished(folder, other)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_predict_and_its_workers(run_dir, tmp_path):
     import psutil
 

@@ -180,6 +180,7 @@ def volume_run(tmp_path_factory) -> Path:
     return root / "run"
 
 
+@pytest.mark.slow
 def test_mni152_through_a_3d_run_keeps_the_source_grid(volume_run, tmp_path):
     import nibabel as nib
     from nilearn.datasets import load_mni152_template
@@ -292,6 +293,7 @@ def test_predict_refuses_a_gan_run(gan_run, tmp_path):
     assert code == 1 and "is a gan run; Predictor segments with a segmentation run; sample its generator" in err
 
 
+@pytest.mark.slow
 def test_export_cli_verifies_onnx_and_the_exported_program(seg_run, tmp_path):
     result = run_cli("export", seg_run, "--out", tmp_path / "m.onnx", "--json")
     assert result.returncode == 0, result.stderr

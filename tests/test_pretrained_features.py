@@ -44,6 +44,7 @@ def _crops(count: int, size: int, seed: int) -> list[np.ndarray]:
     return crops
 
 
+@pytest.mark.slow
 def test_frechet_distance_grows_with_blur(extractor):
     def features(crops: list[np.ndarray], sigma: float) -> torch.Tensor:
         blur = ImageFilter.GaussianBlur(sigma)

@@ -25,6 +25,7 @@ def _close(ours, reference) -> bool:
     return (math.isnan(ours) and math.isnan(reference)) or ours == pytest.approx(reference, rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_every_streaming_metric_synced_over_two_gloo_ranks_equals_one_process_over_all_data():
     results = run_two_ranks(metrics_worker)
     whole = {name: metric.compute() for name, metric in streaming_metrics(None).items() if name != "swd"}

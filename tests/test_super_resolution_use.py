@@ -58,6 +58,7 @@ def test_training_writes_a_run_with_per_image_metrics_beside_bicubic(sr_run):
     assert (sr_run / "best.pt").is_file() and (sr_run / "predictions.png").is_file()
 
 
+@pytest.mark.slow
 def test_the_adversarial_option_trains_a_discriminator(tmp_path):
     summary = train(parse_recipe(sr_recipe(train__adversarial_weight=0.005)), tmp_path / "gan", progress=False)
     header = (tmp_path / "gan" / "metrics.csv").read_text().splitlines()[0]
@@ -157,6 +158,27 @@ def test_tiles_stitch_to_the_whole_image_result(net):
         ConfigError, match=rf"upscale: halo 0 is smaller than this model's receptive radius \({radius} "
     ):
         upscale(model, image, scale, tile=tile, halo=0)
+
+
+def test_the_receptive_radius_is_measured_once_per_model_until_its_weights_change(monkeypatch):
+    from upzoo.inference import tiled_upscaling
+
+    model = ESPCN(scale=2, channels=(4, 4)).eval()
+    calls = []
+    measure = tiled_upscaling._measured_radius
+    monkeypatch.setattr(tiled_upscaling, "_measured_radius", lambda *a: calls.append(a) or measure(*a))
+    image = torch.rand(3, 40, 40, generator=torch.Generator().manual_seed(0))
+    first = upscale(model, image, 2, tile=30)
+    assert torch.equal(upscale(model, image, 2, tile=30), first) and len(calls) == 1
+    radius = receptive_radius(model, 3, 2)
+    assert len(calls) == 1 and radius == measure(model, 3, 2)
+    with torch.no_grad():
+        next(model.parameters()).mul_(0.5)  # weights changed in place: measured again
+    receptive_radius(model, 3, 2)
+    assert len(calls) == 2
+    other = ESPCN(scale=2, channels=(4, 4)).eval()
+    receptive_radius(other, 3, 2)
+    assert len(calls) == 3  # another model is measured on its own
 
 
 @pytest.mark.parametrize(

@@ -143,6 +143,7 @@ def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
         assert 0 <= summary["val"]["miou"] <= 1
 
 
+@pytest.mark.slow
 def test_the_train_command_runs_a_recipe_end_to_end(cache, tmp_path):
     """The one subprocess smoke test of `upzoo train`: console script, overrides, --json on stdout."""
     recipe = ROOT / "recipes" / "quickstart.yaml"
@@ -338,6 +339,7 @@ def test_eval_of_a_checkpoint_matches_the_runs_own_validation(cache, tmp_path):
     assert "| road |" in table and "mIoU" in table
 
 
+@pytest.mark.slow
 def test_gan_training_resumes_exactly(cache, tmp_path):
     recipe = load_recipe(
         ROOT / "recipes" / "dcgan_pixel_shuffle.yaml",
@@ -547,6 +549,7 @@ def test_gan_under_ddp(cache, tmp_path):
     assert (tmp_path / "gan" / "samples_000003.png").is_file()
 
 
+@pytest.mark.slow
 def test_recipes_point_at_real_data_folders(cache, tmp_path):
     """data.root: a Cityscapes folder, a decathlon-style volume folder, a plain image folder."""
     from upzoo.data.synthetic import ensure_synthetic_cityscapes, ensure_synthetic_volumes

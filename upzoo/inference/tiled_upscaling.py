@@ -10,6 +10,7 @@ rounding (memory is bounded by the tile, not the image). 16-bit inputs give 16-b
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -36,14 +37,28 @@ def _extent(model: nn.Module, channels: int, size: int, scale: int, seed: int) -
     return int((hit - size // 2).abs().max()) if len(hit) else 0
 
 
+_RADII: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(channels, scale, versions): radius}
+
+
 def receptive_radius(model: nn.Module, channels: int, scale: int) -> int:
     """How many input pixels on each side one input pixel's outputs depend on (measured on the
-    CPU in float64 from two random inputs; grows the probe until the field fits inside it).
+    CPU in float64 from two random inputs; grows the probe until the field fits inside it). Kept
+    per model until its weights change in place (their version counters), so repeated ``upscale``
+    calls measure once.
 
     Raises:
         ConfigError: a field wider than 1024 input pixels (a model with a global operation cannot
             be tiled exactly).
     """
+    key = (channels, scale, tuple(t._version for t in model.state_dict(keep_vars=True).values()))
+    known = _RADII.setdefault(model, {})
+    if key not in known:
+        known.clear()
+        known[key] = _measured_radius(model, channels, scale)
+    return known[key]
+
+
+def _measured_radius(model: nn.Module, channels: int, scale: int) -> int:
     probe = _probe(model)
     size = 33
     while size <= 2049:
