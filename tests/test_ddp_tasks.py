@@ -87,7 +87,6 @@ TASKS = {  # the task, and its block with buffers and one without
 }
 
 
-@pytest.mark.slow
 def test_every_task_trains_under_two_gloo_ranks_with_and_without_buffers(tmp_path):
     runs = {}
     for task, (recipe, *blocks) in TASKS.items():
