@@ -275,12 +275,14 @@ def _write_verified(
     shapes: list,
     scratch: Path,
     contract: dict[str, str] | None = None,
+    reference: nn.Module | None = None,
 ) -> list[dict[str, Any]]:
-    """Write the export to ``tmp`` and check it at ``shapes``; the checks, or ``ExportError`` naming
-    the block that does not export or differs (an ``OSError`` is the disk's, not a block's)."""
+    """Write the export of ``model`` to ``tmp`` and check it at ``shapes`` against ``reference``
+    (default: ``model``); the checks, or ``ExportError`` naming the block that does not export or
+    differs (an ``OSError`` is the disk's, not a block's)."""
     try:
         _write(fmt, model, example, tmp, opset, contract)
-        checks = _verify(model, _runner(fmt, tmp), shapes)
+        checks = _verify(reference or model, _runner(fmt, tmp), shapes)
     except (ConfigError, ExportError, OSError):
         raise
     except Exception as exc:
@@ -346,13 +348,16 @@ def export_model(
     example = torch.randn(shapes[0], generator=torch.Generator().manual_seed(1))
     from upzoo.filters.blur_fused import pytorch_formulation
     from upzoo.inference.contract import export_contract
+    from upzoo.inference.static_padding import with_static_same_padding
 
     contract = export_contract(loaded)
     checks: list[dict[str, Any]] = []
 
+    exported, _ = with_static_same_padding(model)  # TF "same" padding as constants: verified against the model
+
     def write(tmp: Path) -> None:  # written to a temporary file, verified there, renamed only when all pass
         with pytorch_formulation() if portable else contextlib.nullcontext():
-            checks.extend(_write_verified(fmt, model, example, tmp, opset, shapes, out.parent, contract))
+            checks.extend(_write_verified(fmt, exported, example, tmp, opset, shapes, out.parent, contract, model))
 
     atomic_write(out, write)
     return {
