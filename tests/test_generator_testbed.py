@@ -224,6 +224,7 @@ def test_the_channel_spectrum_is_the_metrics_one_on_raw_values():
     assert raw[0] == pytest.approx(float(images.mean((2, 3)).square().mean() * 64), rel=1e-9)  # |DC|^2 / (H W)
 
 
+@pytest.mark.slow
 def test_a_testbed_run_writes_psnr_and_the_spectra_over_training_and_resumes(tmp_path):
     from upzoo.train.engine import train
 

@@ -75,6 +75,7 @@ def test_the_default_features_are_lite0_where_its_wheel_is_installed(monkeypatch
     assert gan_evaluation.feature_extractor(None) is None
 
 
+@pytest.mark.slow
 def test_a_gan_run_reports_fd_on_pretrained_features(tmp_path):
     import json
 

@@ -149,6 +149,7 @@ def test_pl_style_needs_channels_divisible_by_the_scale_product():
         create_upsampler("dysample", spatial_dims=2, in_channels=6, out_channels=6, scale=2, style="pl", groups=1)
 
 
+@pytest.mark.slow
 def test_pl_style_compiles_fullgraph_and_exports_with_dynamic_sizes():
     from torch.export import Dim
 

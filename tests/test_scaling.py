@@ -278,6 +278,7 @@ def test_ctrl_c_stops_an_in_process_comparison_at_a_step_and_it_continues_later(
     assert json.loads((first / "summary.json").read_text())["steps"] == 60
 
 
+@pytest.mark.slow
 def test_a_bug_in_an_in_process_cell_fails_that_cell_with_its_traceback_and_the_rest_runs(cache, tmp_path, monkeypatch):
     import upzoo.train.engine as engine
 

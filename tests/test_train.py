@@ -443,6 +443,7 @@ def test_quickstart_reaches_a_miou_well_above_a_trivial_baseline(tmp_path):
     assert sum(iou >= 0.2 for iou in val["per_class_iou"].values()) >= 11 and val["boundary_iou"] > 0.3
 
 
+@pytest.mark.slow
 def test_mixed_precision_channels_last_dice_and_every_schedule(cache, tmp_path):
     """bf16 autocast really runs in bf16, changes the loss only by rounding, and every optimiser and
     schedule trains with channels_last, Dice and clipping."""
