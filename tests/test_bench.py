@@ -252,3 +252,16 @@ def test_the_chart_stops_bounded_metrics_at_1(tmp_path, monkeypatch):
     evidence_chart([row], tmp_path / "compare.png")
     assert limits["SSIM Y (2 seeds)"][1] == 1.0 and limits["SSIM Y (2 seeds)"][0] < 0.91
     assert limits["PSNR Y dB (2 seeds)"][1] > 33.5  # unbounded metrics keep matplotlib's margin
+
+
+def test_speed_measurements_feed_images_a_frozen_backbone_accepts():
+    """A probe's backbone refuses values far outside [0, 1]: the speed and memory passes of bench
+    compare must feed it images in that range (they fed N(0, 1) noise and the probe comparison failed)."""
+    from upzoo.bench.speed import inference_call
+    from upzoo.models import build_model
+
+    spec = {"architecture": "linear_probe", "backbone": "tf_efficientnet_lite0", "weights": "imagenet-lite",
+            "layer": 3, "num_classes": 4, "upsampler": "interpolate"}  # fmt: skip
+    probe = build_model(spec)
+    inference_call(probe, (1, 3, 64, 64), "cpu", "none")()
+    assert measure_fps(probe, (1, 3, 64, 64), iters=1, warmup=0)["fps"] > 0

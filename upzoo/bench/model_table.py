@@ -33,7 +33,7 @@ def bench_model(
     autocast(amp, torch.device(device), "--amp")  # fp16 on the CPU: refused before any work
     ensure_fits(estimate_training_bytes(model, tuple(input_shape)), f"a training step at input {tuple(input_shape)}")
     fps = measure_fps(model, tuple(input_shape), device=device, iters=runs, amp=amp, channels_last=channels_last)
-    x = torch.randn(*input_shape, device=device)
+    x = torch.rand(*input_shape, device=device)  # in [0, 1]: what image models take
     if channels_last:  # measure_fps converted the model
         x = x.contiguous(memory_format=torch.channels_last if x.ndim == 4 else torch.channels_last_3d)
     model.to(device)

@@ -117,7 +117,7 @@ def measure_fps(
     device = torch.device(device)
     was_training = model.training
     model.eval().to(device)
-    x = torch.randn(*input_shape, device=device)
+    x = torch.rand(*input_shape, device=device)  # in [0, 1]: what image models take
     if channels_last:  # converted outside inference mode: the model stays trainable
         fmt = torch.channels_last if x.ndim == 4 else torch.channels_last_3d
         model.to(memory_format=fmt)
@@ -169,7 +169,7 @@ def inference_call(model: nn.Module, shape: Sequence[int], device: str, amp: str
     from upzoo.runtime import autocast
 
     model = model.to(device).eval()
-    x = torch.randn(*shape, device=device)
+    x = torch.rand(*shape, device=device)  # in [0, 1]: what image models take
     dev = torch.device(device)
 
     def run() -> None:
