@@ -71,6 +71,8 @@ def test_the_coronal_split_does_not_touch():
     assert val == slice(87, 145) and train == [slice(0, 79), slice(153, 233)]
     with pytest.raises(ConfigError, match="val_fraction must be in"):
         coronal_split(233, val_fraction=0.9)
+    with pytest.raises(ConfigError, match="gap must be a whole number of voxels >= 0 .a negative one leaks., got -3"):
+        coronal_split(233, gap=-3)
     with pytest.raises(ConfigError, match="leaves no training block"):
         coronal_split(20, val_fraction=0.5, gap=8)
 

@@ -126,10 +126,15 @@ def coronal_split(length: int, *, val_fraction: float = 0.25, gap: int = 8) -> t
     voxels away on each side.
 
     Raises:
-        ConfigError: a fraction outside (0, 0.8] or a gap that leaves a training block empty.
+        ConfigError: a fraction outside (0, 0.8], a gap that is negative or not whole, or one that leaves
+            a training block empty.
     """
     if not (isinstance(val_fraction, (int, float)) and 0 < val_fraction <= 0.8):
         raise ConfigError(f"coronal_split: val_fraction must be in (0, 0.8], got {val_fraction!r}")
+    if isinstance(gap, bool) or not isinstance(gap, int) or gap < 0:
+        raise ConfigError(
+            f"coronal_split: gap must be a whole number of voxels >= 0 (a negative one leaks), got {gap!r}"
+        )
     size = max(1, round(length * val_fraction))
     start = (length - size) // 2
     val = slice(start, start + size)
