@@ -86,6 +86,10 @@ def test_thick_slices_average_their_slab():
     assert np.array_equal(noisy, again) and 0.05 < np.std(noisy - thick) < 0.15
     with pytest.raises(ShapeError, match=r"13 slices on axis 0 do not divide into slabs of 4; crop to 12 slices"):
         thick_slices(np.zeros((13, 2, 2)), 4)
+    with pytest.raises(ShapeError, match=r"thick_slices: axis must be 0, 1 or 2 .*, got 3"):
+        thick_slices(volume, 4, axis=3)
+    with pytest.raises(ShapeError, match=r"interpolate_slices: expected a \(D, H, W\) volume, got shape \(12, 3\)"):
+        interpolate_slices(volume[..., 0], 2)
     with pytest.raises(ConfigError, match="factor must be a whole number of slices >= 1, got 2.5"):
         thick_slices(volume, 2.5)
 

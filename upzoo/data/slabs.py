@@ -24,6 +24,20 @@ __all__ = ["SLICE_INTERPOLATIONS", "slab_factor", "thick_slices", "thick_affine"
 SLICE_INTERPOLATIONS = ("linear", "cubic", "bspline")
 
 
+def _slices_first(volume: np.ndarray, axis: int, owner: str) -> np.ndarray:
+    """``volume`` as float32 with the slice axis first.
+
+    Raises:
+        ShapeError: not a 3D array, or an axis that is not 0, 1 or 2.
+    """
+    volume = np.asarray(volume)
+    if volume.ndim != 3:
+        raise ShapeError(f"{owner}: expected a (D, H, W) volume, got shape {volume.shape}")
+    if isinstance(axis, bool) or axis not in (0, 1, 2):
+        raise ShapeError(f"{owner}: axis must be 0, 1 or 2 (the slice axis of a (D, H, W) volume), got {axis!r}")
+    return np.moveaxis(volume.astype(np.float32, copy=False), axis, 0)
+
+
 def slab_factor(thickness_mm: float, spacing_mm: float) -> int:
     """How many thin slices one thick slice averages.
 
@@ -48,20 +62,21 @@ def thick_slices(
     Gaussian noise of standard deviation ``noise`` (``seed``): ``(D, H, W) -> (D / factor, H, W)`` on axis 0.
 
     Raises:
-        ShapeError: an axis whose length ``factor`` does not divide (the length to crop to).
+        ShapeError: not a 3D volume, another axis than 0-2, or an axis whose length ``factor`` does not
+            divide (the length to crop to).
         ConfigError: a factor below 1 or negative noise.
     """
     if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
         raise ConfigError(f"thick_slices: factor must be a whole number of slices >= 1, got {factor!r}")
     if not (isinstance(noise, (int, float)) and math.isfinite(noise) and noise >= 0):
         raise ConfigError(f"thick_slices: noise must be a standard deviation >= 0, got {noise!r}")
-    length = volume.shape[axis]
+    moved = _slices_first(volume, axis, "thick_slices")
+    length = moved.shape[0]
     if length % factor:
         raise ShapeError(
             f"thick_slices: {length} slices on axis {axis} do not divide into slabs of {factor}; crop to "
             f"{length - length % factor} slices (or pad to {length + factor - length % factor})"
         )
-    moved = np.moveaxis(volume.astype(np.float32), axis, 0)
     thick = moved.reshape(length // factor, factor, *moved.shape[1:]).mean(1)
     if noise:
         thick = thick + np.random.default_rng(seed).normal(0, noise, thick.shape).astype(np.float32)
@@ -92,7 +107,7 @@ def interpolate_slices(thick: np.ndarray, factor: int, method: str = "linear", *
     voxel interpolated at its centre; edges extended by their nearest slice.
 
     Raises:
-        ConfigError: an unknown method or a factor below 1.
+        ConfigError: an unknown method or a factor below 1. ShapeError: as :func:`thick_slices`.
     """
     if method not in SLICE_INTERPOLATIONS:
         raise ConfigError(
@@ -100,7 +115,7 @@ def interpolate_slices(thick: np.ndarray, factor: int, method: str = "linear", *
         )
     if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
         raise ConfigError(f"interpolate_slices: factor must be a whole number >= 1, got {factor!r}")
-    moved = np.moveaxis(np.asarray(thick, dtype=np.float32), axis, 0)
+    moved = _slices_first(thick, axis, "interpolate_slices")
     if method == "bspline":
         from upzoo.data.resampling import resample_image
 

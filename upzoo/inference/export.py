@@ -353,7 +353,7 @@ def export_model(
     contract = export_contract(loaded)
     checks: list[dict[str, Any]] = []
 
-    exported, _ = with_static_same_padding(model)  # TF "same" padding as constants: verified against the model
+    exported = with_static_same_padding(model)  # TF "same" padding as constants: verified against the model
 
     def write(tmp: Path) -> None:  # written to a temporary file, verified there, renamed only when all pass
         with pytorch_formulation() if portable else contextlib.nullcontext():

@@ -16,6 +16,7 @@ import copy
 
 import torch
 import torch.nn.functional as F
+from timm.layers.conv2d_same import Conv2dSame
 from torch import nn
 
 __all__ = ["StaticSameConv2d", "with_static_same_padding"]
@@ -41,19 +42,15 @@ class StaticSameConv2d(nn.Conv2d):
         return F.conv2d(F.pad(x, self.same), self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
 
 
-def _same_padding_convs(model: nn.Module) -> list[str]:
-    return [name for name, module in model.named_modules() if type(module).__name__ == "Conv2dSame"]
-
-
-def with_static_same_padding(model: nn.Module) -> tuple[nn.Module, int]:
+def with_static_same_padding(model: nn.Module) -> nn.Module:
     """``model`` itself when it has no ``Conv2dSame``, else a copy with each replaced by a
-    :class:`StaticSameConv2d`; and how many were replaced."""
-    names = _same_padding_convs(model)
+    :class:`StaticSameConv2d` (the model is left as it is)."""
+    names = [name for name, module in model.named_modules() if isinstance(module, Conv2dSame)]
     if not names:
-        return model, 0
+        return model
     static = copy.deepcopy(model)
     for name in names:
         parent_name, _, attribute = name.rpartition(".")
         parent = static.get_submodule(parent_name) if parent_name else static
         setattr(parent, attribute, StaticSameConv2d(getattr(parent, attribute)))
-    return static, len(names)
+    return static
