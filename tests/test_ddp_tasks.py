@@ -77,6 +77,16 @@ def _linear_probe(cache, upsampler: str) -> dict:
     return _without_unet_keys(recipe, "spatial_dims", "in_channels", "channels")
 
 
+def _through_plane(cache, upsampler: str) -> dict:
+    return {
+        "model": {"architecture": "through_plane_sr", "scale": [4, 1, 1], "channels": 4, "num_blocks": 1,
+                  "upsampler": upsampler},
+        "data": {"kind": "mni152", "slice_thickness": 4, "crop_size": [8, 16, 16], "patches_per_image": 4,
+                 "batch_size": 1, "num_workers": 0},
+        "train": EVERY_STEP,
+    }  # fmt: skip
+
+
 TASKS = {  # the task, and its block with buffers and one without
     "segmentation": (_segmentation, "fir", "transposed"),
     "gan": (_gan, "fir", "pixel_shuffle"),
@@ -84,6 +94,7 @@ TASKS = {  # the task, and its block with buffers and one without
     "super_resolution": (_super_resolution, "fir", "pixel_shuffle"),
     "feature_upsampler": (_feature_upsampler, "jbu", "jafar"),
     "linear_probe": (_linear_probe, "jbu", "interpolate"),
+    "through_plane_sr": (_through_plane, "fir", "pixel_shuffle"),
 }
 
 

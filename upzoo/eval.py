@@ -14,7 +14,7 @@ from upzoo.runtime import autocast, resolve_device
 from upzoo.train.evaluate import evaluate_segmentation
 from upzoo.windows import window_patch
 
-__all__ = ["evaluate_checkpoint", "evaluate_generator", "evaluate_upscaler"]
+__all__ = ["evaluate_checkpoint", "evaluate_generator", "evaluate_upscaler", "evaluate_through_plane_checkpoint"]
 
 
 def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]:
@@ -41,6 +41,8 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
         return evaluate_feature_upsampler(recipe, checkpoint)
     if recipe.task == "generator_testbed":
         return evaluate_testbed(recipe, checkpoint)
+    if recipe.task == "through_plane_sr":
+        return evaluate_through_plane_checkpoint(recipe, checkpoint)
     device = resolve_device(recipe.train.device, "train.device")
     loaded = load_model(checkpoint, device=device, kind="segmentation", purpose="upzoo eval")  # the one way in
     spec, model = loaded.spec, loaded.model
@@ -127,6 +129,26 @@ def evaluate_upscaler(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]:
     metrics, _ = evaluate_super_resolution(loaded.model, prepared.data.val, loaded.spec.options["scale"], device,
                                            precision, keep=0)  # fmt: skip
     return {**metrics, "scale": loaded.spec.options["scale"], "checkpoint": str(checkpoint), "step": loaded.step}
+
+
+def evaluate_through_plane_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]:
+    """A through-plane checkpoint on the held-out block of ``recipe``'s brain (e.g. ``--set
+    data.slice_noise=0.02``): PSNR and SSIM in the brain beside linear, cubic and B-spline interpolation.
+
+    Raises:
+        ConfigError: slices of another thickness than the model's scale. DataError: a missing or corrupt checkpoint.
+    """
+    from dataclasses import replace
+
+    from upzoo.prepare import prepare
+    from upzoo.train.through_plane import evaluate_through_plane
+
+    device = resolve_device(recipe.train.device, "train.device")
+    loaded = load_model(checkpoint, device=device, kind="through_plane_sr", purpose="upzoo eval")
+    prepared = prepare(replace(recipe, model=loaded.spec))
+    precision = functools.partial(autocast, recipe.train.amp, device)
+    metrics, _ = evaluate_through_plane(loaded.model, prepared.data.val, device, precision)
+    return {**metrics, "checkpoint": str(checkpoint), "step": loaded.step}
 
 
 def evaluate_testbed(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import numpy as np
 
 from upzoo.data.conventions import image_conventions
 from upzoo.data.factory import DataBundle, build_datasets
+from upzoo.data.mni152 import mni152_root
 from upzoo.errors import ConfigError
 from upzoo.models.factory import ModelSpec
 from upzoo.recipe import Recipe
@@ -113,6 +114,15 @@ def prepare(recipe: Recipe) -> Prepared:
         bundle = build_datasets(
             recipe.data, task="super_resolution", scale=options["scale"], in_channels=options.get("in_channels", 3)
         )
+        return Prepared(recipe, recipe.model, bundle, None, None, None, None)
+    if recipe.task == "through_plane_sr":
+        from upzoo.data.through_plane import ThickSliceBlock, ThickSlicePatches, thick_slice_volume
+
+        data = recipe.data
+        volume = thick_slice_volume(data.slice_thickness, data.slice_noise, data.synthetic_seed)
+        patch = tuple(data.crop_size or (32, 32, 32))
+        train = ThickSlicePatches(volume, patch, data.patches_per_image, augment=data.augment)  # type: ignore[arg-type]
+        bundle = DataBundle(train, ThickSliceBlock(volume), mni152_root(), spacing=volume.spacing)
         return Prepared(recipe, recipe.model, bundle, None, None, None, None)
     if recipe.task == "feature_upsampling":  # images only: labels, if any, are not used
         if recipe.data.kind == "cityscapes":

@@ -206,11 +206,43 @@ def _check_testbed_data(recipe: Recipe) -> None:
             )
 
 
+#: data keys through-plane super-resolution does not read (the brain is one volume from nilearn's wheel)
+_MNI152_UNREAD = ("root", "synthetic_size", "target_spacing", "resize", "normalize", "foreground_ratio", "ct_window")
+
+
+def _check_through_plane(recipe: Recipe) -> None:
+    """``through_plane_sr`` trains on ``mni152`` (and ``mni152`` feeds nothing else), its scale is the
+    slab's, and no data key it would quietly ignore is set."""
+    through_plane, mni152 = recipe.task == "through_plane_sr", recipe.data.kind == "mni152"
+    if through_plane != mni152:
+        raise ConfigError(
+            f"data.kind {recipe.data.kind!r} does not fit a {recipe.task} recipe ({recipe.model.architecture}): "
+            f"through_plane_sr trains on data.kind mni152, and mni152 feeds through_plane_sr only"
+        )
+    if not through_plane:
+        return
+    from upzoo.data.slabs import slab_factor
+    from upzoo.sections import DataConfig
+
+    for key in _MNI152_UNREAD:
+        if getattr(recipe.data, key) != DataConfig.model_fields[key].default:
+            raise ConfigError(f"data.{key} is not read for data.kind mni152 (the template's T1 in [0, 1]); remove it")
+    factor = slab_factor(recipe.data.slice_thickness, 1.0)  # the template's voxels are 1 mm
+    scale = recipe.model.options.get("scale")
+    if scale != [factor, 1, 1] and scale != (factor, 1, 1):
+        other = f" (or data.slice_thickness: {scale[0]})" if isinstance(scale, (list, tuple)) and scale else ""
+        raise ConfigError(
+            f"model.scale {scale!r} does not match {recipe.data.slice_thickness:g} mm slices of the 1 mm template: "
+            f"use scale: [{factor}, 1, 1]{other}"
+        )
+
+
 def _check_model_fits_data(recipe: Recipe) -> None:
     """A 3D model trains on volumes, a 2D one on images, a frozen backbone on pixels in [0, 1]; the
     adversarial term is super-resolution's, the feature ratios the feature-upsampling objective's."""
     _check_task_keys(recipe)
     _check_testbed_data(recipe)
+    _check_through_plane(recipe)
     from upzoo.models.factory import architecture_info
 
     if architecture_info(recipe.model.architecture).frozen_backbone:

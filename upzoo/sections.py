@@ -79,9 +79,13 @@ class DataConfig(_Section):
     ``target_spacing`` (volumes): resample every case to this ``[z, y, x]`` spacing in mm, or to the
     per-axis ``median`` of the training cases (nnU-Net's choice), before patches are cut; ``null``
     trains at each file's own spacing. Resampled cases are cached, so it is done once.
+    ``mni152`` (through-plane super-resolution, :mod:`upzoo.data.through_plane`): the MNI152 brain
+    from nilearn's wheel in axial slices ``slice_thickness`` mm thick (each the mean of its thin
+    slices, plus Gaussian noise of standard deviation ``slice_noise`` in [0, 1] intensity units);
+    ``crop_size`` is the thin training patch ``[D, H, W]`` and ``patches_per_image`` the patches per epoch.
     """
 
-    kind: Literal["cityscapes", "volumes", "images", "package_images", "toyset"] = "cityscapes"
+    kind: Literal["cityscapes", "volumes", "images", "package_images", "toyset", "mni152"] = "cityscapes"
     root: str | None = None
     cache_dir: str | None = None
     train_split: Annotated[str, Field(min_length=1)] = "train"
@@ -102,6 +106,8 @@ class DataConfig(_Section):
     package_train: Annotated[tuple[Annotated[str, Field(min_length=1)], ...], Field(min_length=1)] | None = None
     package_val: Annotated[tuple[Annotated[str, Field(min_length=1)], ...], Field(min_length=1)] | None = None
     patches_per_image: PositiveInt = 32
+    slice_thickness: PositiveFloat | None = None
+    slice_noise: _float(ge=0) = 0.0
     batch_size: PositiveInt = 4
     num_workers: NonNegativeInt = 2
 
@@ -121,7 +127,7 @@ class DataConfig(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> DataConfig:
-        axes = 3 if self.kind == "volumes" else 2
+        axes = 3 if self.kind in ("volumes", "mni152") else 2
         for key in ("crop_size", "synthetic_size"):
             value = getattr(self, key)
             if value is not None and len(value) != axes:
@@ -134,6 +140,13 @@ class DataConfig(_Section):
                 f"synthetic_size: the embedded {self.kind} are generated at {smallest} or more per axis, "
                 f"got {list(self.synthetic_size)}"
             )
+        if self.kind == "mni152" and self.slice_thickness is None:
+            raise ValueError("slice_thickness: data.kind mni152 needs the thick slices' thickness in mm, e.g. 4")
+        for key in ("slice_thickness", "slice_noise"):
+            if getattr(self, key) and self.kind != "mni152":
+                raise ValueError(
+                    f"{key}: makes thick slices of the MNI152 brain (data.kind: mni152), not {self.kind!r}"
+                )
         if self.resize is not None and self.kind == "volumes":
             raise ValueError("resize: applies to 2D images, not volumes")
         if self.target_spacing is not None and self.kind != "volumes":

@@ -29,6 +29,7 @@ QUALITY_3D = ("mean_dice", "hd95", "surface_dice", "miou")
 QUALITY_SR = ("psnr_y", "ssim_y", "psnr_rgb", "spectral_error", "checkerboard")
 QUALITY_GAN = ("swd", "spectral_error", "spectral_error_corners", "spectral_decay", "kid", "fd", "checkerboard")
 QUALITY_TESTBED = ("psnr", "spectral_error", "spectral_error_corners")
+QUALITY_THROUGH_PLANE = ("psnr", "ssim")
 
 #: the Cityscapes classes that are thin or small: where upsamplers differ (their mean IoU is reported)
 THIN_CLASSES = ("pole", "traffic light", "traffic sign", "person", "rider", "motorcycle", "bicycle")
@@ -116,9 +117,8 @@ def collect_comparison(
 
     task = architecture_info(plan.recipe["model"].get("architecture", "unet")).task
     volumes = plan.recipe["data"]["kind"] == "volumes"
-    keys = {"gan": QUALITY_GAN, "super_resolution": QUALITY_SR, "generator_testbed": QUALITY_TESTBED}.get(
-        task, QUALITY_3D if volumes else QUALITY_2D
-    )
+    keys = {"gan": QUALITY_GAN, "super_resolution": QUALITY_SR, "generator_testbed": QUALITY_TESTBED,
+            "through_plane_sr": QUALITY_THROUGH_PLANE}.get(task, QUALITY_3D if volumes else QUALITY_2D)  # fmt: skip
     gan = task in ("gan", "generator_testbed")  # generators: their spectra are plotted
     finished: dict[str, dict[int, dict]] = {label: {} for label in plan.variants}
     spectra: dict[str, list] = {label: [] for label in plan.variants}  # generators: for compare_spectra.png
@@ -155,13 +155,19 @@ def collect_comparison(
     return rows, missing
 
 
-def _reference(task: str, summaries: list[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any] | None:
+def _reference(task: str, summaries: list[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any] | list | None:
     """What every variant is measured against without training, where the task has it: bicubic
-    upscaling for super-resolution (the same held-out images in every cell), the untrained
+    upscaling for super-resolution (the same held-out images in every cell), linear, cubic and
+    B-spline interpolation for through-plane super-resolution (a list), the untrained
     generator for the testbed (its mean over the cells: each cell starts from its own seed)."""
     if task == "super_resolution" and summaries:
         val = summaries[0]["val"]
         return {"label": "bicubic", **{k: float(val[f"bicubic_{k}"]) for k in keys if f"bicubic_{k}" in val}}
+    if task == "through_plane_sr" and summaries:  # the interpolations of the same held-out block
+        val = summaries[0]["val"]
+        names = {"linear": "linear", "cubic": "cubic convolution", "bspline": "cubic B-spline"}
+        return [{"label": f"{label} interpolation", **{k: float(val[f"{m}_{k}"]) for k in keys}}
+                for m, label in names.items()]  # fmt: skip
     untrained = [s["untrained"] for s in summaries if isinstance(s.get("untrained"), dict)]
     if task == "generator_testbed" and untrained:
         means = {k: statistics.fmean(u[k] for u in untrained) for k in keys if all(k in u for u in untrained)}

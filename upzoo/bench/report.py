@@ -23,6 +23,7 @@ TITLES = {
     "surface_dice": "surface Dice",
     "psnr_y": "PSNR Y dB",
     "ssim_y": "SSIM Y",
+    "ssim": "SSIM",
     "psnr_rgb": "PSNR RGB dB",
     "psnr": "PSNR dB",
     "swd": "SWD",
@@ -77,11 +78,16 @@ def display_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, str]], list
         )
         table.append(line)
     columns = list(table[0])
-    reference = rows[0].get("reference")
-    if reference:  # the untrained baseline (bicubic), beside the variants
+    for reference in references(rows[0]):  # the untrained baselines (bicubic), beside the variants
         line = {c: "—" for c in columns} | {"upsampler": f"{reference['label']} (reference, not trained)"}
         table.append(line | {TITLES[k]: f"{reference[k]:.3f}" for k in keys if k in reference})
     return table, columns
+
+
+def references(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A row's untrained baselines: ``reference`` is one (a dict) or several (a list)."""
+    reference = row.get("reference")
+    return [] if not reference else [reference] if isinstance(reference, dict) else list(reference)
 
 
 def _speed_column(row: dict[str, Any]) -> str:
@@ -125,9 +131,9 @@ def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
                 [i + 0.15] * len(r[f"{key}_per_seed"]), r[f"{key}_per_seed"], "k.", ms=4,
                 label="seeds" if i == 0 else None,
             )  # fmt: skip
-        reference = rows[0].get("reference") or {}
-        if key in reference:
-            ax.axhline(reference[key], color="grey", linestyle="--", label=f"{reference['label']} (not trained)")
+        for reference, style in zip(references(rows[0]), ("--", ":", "-.")):
+            if key in reference:
+                ax.axhline(reference[key], color="grey", linestyle=style, label=f"{reference['label']} (not trained)")
         ax.set_xticks(x, names, rotation=40, ha="right")
         ax.set_xlim(-0.5, len(rows) - 0.5)
         if key in AT_MOST_ONE and ax.get_ylim()[1] > 1:

@@ -82,7 +82,9 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     """Predict with a trained run on INPUT... (images, NIfTI volumes, folders, globs or a decathlon
     dataset.json), what its task makes: a segmentation run (its best.pt, else last.pt, or a
     checkpoint) segments; a super-resolution run upscales images to NAME.png at the input's bit
-    depth (8 or 16), whole or with --tile.
+    depth (8 or 16), whole or with --tile; a through-plane run upsamples the slices of thick-slice
+    NIfTI volumes to NAME.nii.gz on the thin grid (its affine: thinner voxels along the slice axis,
+    the same place in scanner space).
 
     2D: writes NAME.png (train ids, uint8), color/NAME.png (the dataset's palette) and with --overlay
     overlay/NAME.png. 3D: each volume is resampled to the training spacing, predicted, and its
@@ -96,32 +98,26 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     _check_inputs_exist(inputs)
     device = _device(device if backend != "onnxruntime" or device != "auto" else "cpu")
     loaded = load_model(run, device=device)
-    if loaded.task == "super_resolution":
+    if loaded.task in ("super_resolution", "through_plane_sr"):  # options that only segmentation reads
         given = {"--tta": tta != "none", "--scales": scales != "1", "--window": window != "auto", "--overlay": overlay,
                  "--probabilities": probabilities, "--backend": backend != "eager", "--onnx": onnx_path,
                  "--no-resample": no_resample, "--batch-size": batch_size != 4, "--workers": workers != 2}  # fmt: skip
-        _upscale(loaded, inputs, out_dir, tile, device, amp, overwrite, keep_going, no_progress, as_json, given)
+        if loaded.task == "super_resolution":
+            _upscale(loaded, inputs, out_dir, tile, device, amp, overwrite, keep_going, no_progress, as_json, given)
+        else:
+            given["--tile"] = tile is not None
+            _upsample_slices(loaded, inputs, out_dir, device, amp, overwrite, keep_going, no_progress, as_json, given)
         return
     if tile is not None:
         raise UsageError("--tile is for super-resolution runs; a segmentation run slides its window (--window)")
     if probabilities == "nifti" and not loaded.volumes:
         raise UsageError("--probabilities nifti is for volumes; use --probabilities npz for images")
     started = time.perf_counter()  # the backend's set-up: an onnxruntime export is verified here
-    predictor = Predictor(
-        loaded,
-        device=device,
-        amp=amp,
-        tta=tta,
-        scales=_scales(scales),
-        window=window,
-        probabilities=bool(probabilities),
-        backend=backend,
-        onnx_path=onnx_path,
-        resample=not no_resample,
-    )
-    options = PredictOptions(
-        Path(out_dir), overlay, probabilities, batch_size, workers, keep_going, overwrite, not no_progress
-    )
+    predictor = Predictor(loaded, device=device, amp=amp, tta=tta, scales=_scales(scales), window=window,
+                          probabilities=bool(probabilities), backend=backend, onnx_path=onnx_path,
+                          resample=not no_resample)  # fmt: skip
+    options = PredictOptions(Path(out_dir), overlay, probabilities, batch_size, workers, keep_going, overwrite,
+                             not no_progress)  # fmt: skip
     setup = time.perf_counter() - started
     summary = predict_files(predictor, inputs, options)
     exported = backend == "onnxruntime" and onnx_path is None
@@ -160,6 +156,23 @@ def _upscale(loaded, inputs, out_dir, tile, device, amp, overwrite, keep_going, 
     else:
         how = f"in tiles of {summary['tile']} (halo {summary['halo']})" if summary["tile"] else "whole"
         click.echo(f"upscaled {summary['written']} images {how} into {out_dir} in {summary['seconds']:.1f} s")
+    _report_failed(summary)
+
+
+def _upsample_slices(loaded, inputs, out_dir, device, amp, overwrite, keep_going, no_progress, as_json, given) -> None:
+    """``upzoo predict`` on a through-plane super-resolution run."""
+    from upzoo.inference.slice_upscaling import upscale_volume_files
+
+    for option, used in given.items():
+        if used:
+            raise UsageError(f"{option} is not read by a through-plane run ({loaded.checkpoint}: it upsamples each "
+                             f"volume's slices whole)")  # fmt: skip
+    summary = upscale_volume_files(loaded, inputs, Path(out_dir), device=device, amp=amp, overwrite=overwrite,
+                                   keep_going=keep_going, progress=not no_progress)  # fmt: skip
+    if as_json:
+        click.echo(to_json(summary))
+    else:
+        click.echo(f"upsampled the slices of {summary['written']} volumes into {out_dir} in {summary['seconds']:.1f} s")
     _report_failed(summary)
 
 

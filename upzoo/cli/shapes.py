@@ -92,10 +92,11 @@ def shapes_model(recipe: str, input_shape: str, as_json: bool) -> None:
         click.echo(f"output: {format_shape(output)}")
 
 
-def _size_2d(size: str) -> tuple[int, ...]:
+def _size_2d(size: str, dims: int = 2) -> tuple[int, ...]:
     spatial = parse_shape(size, "--size")
-    if len(spatial) != 2:
-        raise UsageError(f"--size takes two sizes HxW for this 2D model, got {size!r}")
+    if len(spatial) != dims:
+        layout = "HxW for this 2D model" if dims == 2 else "DxHxW for this 3D model"
+        raise UsageError(f"--size takes {dims} sizes {layout}, got {size!r}")
     return spatial
 
 
@@ -107,11 +108,19 @@ def _range(size_range: str | None) -> tuple[int, int]:
 
 
 def _super_resolution_check(model, size: str | None, size_range: str | None, as_json: bool) -> None:
-    """A super-resolution network: fully convolutional, so every size is valid; the output is scaled."""
-    rule = f"every size >= 1 (fully convolutional); the output is the input x {model.scale}"
-    result: dict = {"rules": [rule, rule]}
+    """A super-resolution network (2D, or 3D with a per-axis scale): fully convolutional, so every
+    size is valid; the output is scaled."""
+    scales = model.scale if isinstance(model.scale, tuple) else (model.scale,) * 2
+    rules = [f"every size >= 1 (fully convolutional); the output is the input x {s}" for s in scales]
+    per_axis = f"x {' x '.join(map(str, scales))} per axis (D, H, W)" if len(scales) == 3 else ""
+    rule = (
+        rules[0]
+        if len(set(rules)) == 1
+        else f"every size >= 1 (fully convolutional); the output is the input {per_axis}"
+    )
+    result: dict = {"rules": rules}
     if size is not None:
-        result["output"] = list(model.output_shape((1, model.in_channels, *_size_2d(size)))[2:])
+        result["output"] = list(model.output_shape((1, model.in_channels, *_size_2d(size, len(scales))))[2:])
     else:
         low, high = _range(size_range)
         result["valid"] = f"every size in {low}..{high}"

@@ -152,6 +152,12 @@ def _task_result_line(val: dict) -> str | None:
             f"val cosine to the full images' features: {val['cosine']:.4f} beside bilinear "
             f"{val['cosine_bilinear']:.4f} ({val['cosine'] - val['cosine_bilinear']:+.4f}; mean over the ratios)"
         )
+    if "cubic_psnr" in val:
+        return (
+            f"val PSNR {val['psnr']:.2f} dB, SSIM {val['ssim']:.4f} in the brain beside linear "
+            f"{val['linear_psnr']:.2f} dB, cubic {val['cubic_psnr']:.2f} dB, B-spline {val['bspline_psnr']:.2f} dB "
+            f"({val['psnr'] - val['linear_psnr']:+.2f} dB over linear; x{val['factor']} through-plane, {val['block']})"
+        )
     if "spectral_error_corners" in val and "psnr" in val:
         return (
             f"val PSNR {val['psnr']:.2f} dB over {val.get('images', '?')} images; spectral error "
@@ -258,7 +264,8 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
         recipe = load_recipe(target, overrides)
     result = evaluate_checkpoint(recipe, checkpoint)
     render = {"gan": _generative_line, "super_resolution": _upscaler_table, "feature_upsampling": _feature_table,
-              "generator_testbed": _testbed_line}.get(recipe.task, _segmentation_table)  # fmt: skip
+              "generator_testbed": _testbed_line, "through_plane_sr": _task_result_line}.get(
+                  recipe.task, _segmentation_table)  # fmt: skip
     if as_json:
         from upzoo.train.tasks import by_class_name
 

@@ -26,7 +26,16 @@ import numpy as np
 
 from upzoo.errors import ConfigError, DataError, ShapeError
 
-__all__ = ["MNI152_FILES", "TISSUE_NAMES", "Brain", "mni152_paths", "load_mni152", "tissue_labels", "coronal_split"]
+__all__ = [
+    "MNI152_FILES",
+    "TISSUE_NAMES",
+    "Brain",
+    "mni152_paths",
+    "mni152_root",
+    "load_mni152",
+    "tissue_labels",
+    "coronal_split",
+]
 
 MNI152_FILES = {
     "t1": "mni_icbm152_t1_tal_nlin_sym_09a_converted.nii.gz",
@@ -66,6 +75,11 @@ def mni152_paths() -> dict[str, Path]:
     if missing:
         raise ConfigError(f"nilearn is installed without {', '.join(missing)}; pip install --force-reinstall nilearn")
     return paths
+
+
+def mni152_root() -> Path:
+    """The folder of the template's files (see :func:`mni152_paths`)."""
+    return mni152_paths()["t1"].parent
 
 
 def _read(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from upzoo.errors import ConfigError, ShapeError
 
-__all__ = ["SLICE_INTERPOLATIONS", "slab_factor", "thick_slices", "thick_affine", "interpolate_slices"]
+__all__ = ["SLICE_INTERPOLATIONS", "slab_factor", "thick_slices", "thick_affine", "thin_affine", "interpolate_slices"]
 
 SLICE_INTERPOLATIONS = ("linear", "cubic", "bspline")
 
@@ -99,6 +99,21 @@ def thick_affine(affine: np.ndarray, factor: int, *, axis: int = 0) -> np.ndarra
     out = affine.copy()
     out[:3, 3] = affine[:3, 3] + affine[:3, axis] * (factor - 1) / 2
     out[:3, axis] = affine[:3, axis] * factor
+    return out
+
+
+def thin_affine(affine: np.ndarray, factor: int, *, axis: int = 0) -> np.ndarray:
+    """The affine of the thin grid that :func:`thick_affine` made ``affine`` from (its inverse):
+    voxels ``factor`` times shorter along ``axis``, the first thin slice at the bottom of the first slab.
+
+    Raises:
+        ConfigError: as :func:`thick_affine`.
+    """
+    thick_affine(affine, 1, axis=axis)  # the same checks
+    affine = np.asarray(affine, dtype=np.float64)
+    out = affine.copy()
+    out[:3, axis] = affine[:3, axis] / factor
+    out[:3, 3] = affine[:3, 3] - out[:3, axis] * (factor - 1) / 2
     return out
 
 

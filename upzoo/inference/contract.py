@@ -51,16 +51,9 @@ def export_contract(loaded: LoadedModel) -> dict[str, str]:
             "output.range": [-1.0, 1.0] if loaded.task == "gan" else "unbounded (fitted to images in [-1, 1])",
         })  # fmt: skip
         return {k: v if isinstance(v, str) else json.dumps(v) for k, v in contract.items()}
-    if loaded.task == "super_resolution":
-        contract.update({
-            "input.layout": "NCHW",
-            "input.dtype": "float32",
-            "input.channels": options.get("in_channels", 3),
-            "input.preprocessing": "pixels / 255 (uint8) or / 65535 (uint16), RGB; any size",
-            "scale": options["scale"],
-            "output.layout": "NCHW, H and W times scale",
-            "output.range": "[0, 1] after clamping; pixels = round(output * 255)",
-        })  # fmt: skip
+    upscaler = _upscaler_contract(loaded.task, options)
+    if upscaler is not None:
+        contract.update(upscaler)
         return {k: v if isinstance(v, str) else json.dumps(v) for k, v in contract.items()}
     dims = options.get("spatial_dims", 2)
     volumes = loaded.volumes
@@ -86,3 +79,28 @@ def export_contract(loaded: LoadedModel) -> dict[str, str]:
         "training_spacing_mm": list(loaded.spacing) if loaded.spacing is not None else None,
     })  # fmt: skip
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in contract.items()}
+
+
+def _upscaler_contract(task: str, options: dict[str, Any]) -> dict[str, Any] | None:
+    """What an image or slice upscaler's export takes and gives (``None`` for other tasks)."""
+    if task == "super_resolution":
+        return {
+            "input.layout": "NCHW",
+            "input.dtype": "float32",
+            "input.channels": options.get("in_channels", 3),
+            "input.preprocessing": "pixels / 255 (uint8) or / 65535 (uint16), RGB; any size",
+            "scale": options["scale"],
+            "output.layout": "NCHW, H and W times scale",
+            "output.range": "[0, 1] after clamping; pixels = round(output * 255)",
+        }
+    if task == "through_plane_sr":
+        return {
+            "input.layout": "NCDHW (D: the slice axis, NIfTI's third voxel axis)",
+            "input.dtype": "float32",
+            "input.channels": options.get("in_channels", 1),
+            "input.preprocessing": "voxels / 255 (uint8) or / the volume's maximum; any size",
+            "scale": list(options["scale"]),
+            "output.layout": "NCDHW, each axis times its scale",
+            "output.range": "[0, 1] after clamping; times the input's divisor",
+        }
+    return None

@@ -19,7 +19,7 @@ from upzoo.inference.tiled_upscaling import check_tiling, read_unit_image, tiled
 from upzoo.runs.trained_model import LoadedModel
 from upzoo.runtime import FolderLock, atomic_write, autocast, terminate_as_interrupt
 
-__all__ = ["upscale_files", "tiling"]
+__all__ = ["upscale_files", "tiling", "write_csv"]
 
 
 def tiling(loaded: LoadedModel, tile: int | None) -> tuple[int | None, int]:
@@ -55,7 +55,7 @@ def upscale_files(
     with lock, terminate_as_interrupt():
         planned = planned_outputs(named, out, overwrite, lambda name: {"image": out / f"{name}.png"})
         rows, failed = _run(loaded, named, planned, tile, halo, torch.device(device), amp, keep_going, progress)
-        _write_csv(out / "predictions.csv", rows)
+        write_csv(out / "predictions.csv", rows)
     return {"written": len(rows), "failed": failed, "csv": str(out / "predictions.csv"),
             "seconds": round(time.perf_counter() - start, 3), "tile": tile, "halo": halo}  # fmt: skip
 
@@ -85,7 +85,8 @@ def _run(loaded, named, planned, tile, halo, device, amp, keep_going, progress) 
     return rows, failed
 
 
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as a CSV file (atomically; nothing when there are none)."""
     if not rows:
         return
     buffer = io.StringIO()

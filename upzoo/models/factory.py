@@ -17,6 +17,7 @@ from upzoo.models.planning import plan_strides
 from upzoo.models.smp_adapter import smp_unet
 from upzoo.models.smp_decoders import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
 from upzoo.models.super_resolution import EDSR, ESPCN, RRDBNet
+from upzoo.models.through_plane import ThroughPlaneSR
 from upzoo.models.unet import UNet
 from upzoo.registry import Registry, origin_of
 from upzoo.validation import validate_kwargs
@@ -27,7 +28,7 @@ __all__ = [
 ]  # fmt: skip
 
 #: what trains a model (``Recipe.task``): its loss, evaluation and checkpoint kind
-TASKS = ("segmentation", "gan", "super_resolution", "feature_upsampling", "generator_testbed")
+TASKS = ("segmentation", "gan", "super_resolution", "feature_upsampling", "generator_testbed", "through_plane_sr")
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ for _name, _builder in {"espcn": ESPCN, "edsr": EDSR, "rrdbnet": RRDBNet}.items(
 register_architecture("dcgan", DCGANGenerator, task="gan", latent_input=True)
 register_architecture("feature_upsampler", FeatureUpsampler, task="feature_upsampling", frozen_backbone=True)
 register_architecture("pggan", PGGANGenerator, task="generator_testbed", latent_input=True)
+register_architecture("through_plane_sr", ThroughPlaneSR, task="through_plane_sr")
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ CHECKPOINT_KEYS = {  # what each kind of run writes into its checkpoints
 CHECKPOINT_KEYS["super_resolution"] = CHECKPOINT_KEYS["segmentation"]  # one model, best.pt by a metric
 CHECKPOINT_KEYS["feature_upsampling"] = CHECKPOINT_KEYS["segmentation"]
 CHECKPOINT_KEYS["generator_testbed"] = CHECKPOINT_KEYS["segmentation"]
+CHECKPOINT_KEYS["through_plane_sr"] = CHECKPOINT_KEYS["segmentation"]
 
 
 def _digest(value: Any, h: hashlib._Hash) -> None:

@@ -8,6 +8,7 @@ from upzoo.train.feature_upsampling import FeatureUpsamplingTask
 from upzoo.train.generator_testbed import GeneratorTestbedTask
 from upzoo.train.super_resolution import SuperResolutionTask
 from upzoo.train.tasks import GanTask, SegmentationTask, Task
+from upzoo.train.through_plane import ThroughPlaneTask
 
 if TYPE_CHECKING:
     from upzoo.prepare import Prepared
@@ -17,13 +18,14 @@ __all__ = ["make_task"]
 
 def make_task(prepared: Prepared) -> Task:
     """GAN for ``dcgan`` models, super-resolution for ``espcn``/``edsr``/``rrdbnet``, the JAFAR
-    objective for ``feature_upsampler``, the generator testbed for ``pggan``, segmentation otherwise
-    (``linear_probe`` included). The initial weights follow ``train.seed``."""
+    objective for ``feature_upsampler``, the generator testbed for ``pggan``, through-plane
+    super-resolution for ``through_plane_sr``, segmentation otherwise (``linear_probe`` included).
+    The initial weights follow ``train.seed``."""
     from upzoo.runtime import seed_everything
 
     seed_everything(prepared.recipe.train.seed)
     tasks = {
         "gan": GanTask, "super_resolution": SuperResolutionTask, "feature_upsampling": FeatureUpsamplingTask,
-        "generator_testbed": GeneratorTestbedTask,
+        "generator_testbed": GeneratorTestbedTask, "through_plane_sr": ThroughPlaneTask,
     }  # fmt: skip
     return tasks.get(prepared.task, SegmentationTask)(prepared)
