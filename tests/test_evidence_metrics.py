@@ -236,6 +236,11 @@ def test_seed_intervals_and_paired_differences_match_scipy():
     ]
     with pytest.raises(Exception, match="malformed option"):
         parse_variants("interp_conv:mode")
+    swap = "transposed:last_upsampler=interp_conv:last_upsampler_options={mode: bilinear, kernel_size: 5},fir"
+    first, second = parse_variants(swap)  # a mapping value keeps its commas and colons
+    assert first.options == {"last_upsampler": "interp_conv",
+                             "last_upsampler_options": {"mode": "bilinear", "kernel_size": 5}}  # fmt: skip
+    assert second.name == "fir" and second.options == {}
 
 
 def test_balanced_class_weights_follow_the_pixel_shares():

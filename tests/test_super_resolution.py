@@ -238,6 +238,8 @@ def test_image_quality_streams_the_mean_of_per_image_values():
     each = [float(psnr(x, y, crop_border=3, y_channel=True)[0]) for x, y in ((a, b), (c, d))]
     assert metric.per_image()[0] == pytest.approx(each, abs=1e-12)
     default = ImageQuality()  # the functions' defaults: RGB, no border
+    empty = default.compute()  # documented: NaN means over no image, and the count says why
+    assert math.isnan(empty["psnr"]) and math.isnan(empty["ssim"]) and empty["images"] == 0
     default.update(a, b)
     assert default.compute()["psnr"] == pytest.approx(float(psnr(a, b)[0]), abs=1e-12)
     assert default.compute()["ssim"] == pytest.approx(float(ssim(a, b)[0]), abs=1e-12)

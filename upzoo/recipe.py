@@ -207,7 +207,10 @@ def _check_testbed_data(recipe: Recipe) -> None:
 
 
 #: data keys through-plane super-resolution does not read (the brain is one volume from nilearn's wheel)
-_MNI152_UNREAD = ("root", "synthetic_size", "target_spacing", "resize", "normalize", "foreground_ratio", "ct_window")
+_MNI152_UNREAD = (
+    "root", "cache_dir", "train_split", "val_split", "synthetic_train", "synthetic_val", "synthetic_size",
+    "synthetic_spacing", "target_spacing", "resize", "normalize", "foreground_ratio", "ct_window", "allow_outside_root",
+)  # fmt: skip
 
 
 def _check_through_plane(recipe: Recipe) -> None:
@@ -226,7 +229,10 @@ def _check_through_plane(recipe: Recipe) -> None:
 
     for key in _MNI152_UNREAD:
         if getattr(recipe.data, key) != DataConfig.model_fields[key].default:
-            raise ConfigError(f"data.{key} is not read for data.kind mni152 (the template's T1 in [0, 1]); remove it")
+            raise ConfigError(
+                f"data.{key} is not read for data.kind mni152 (one template from nilearn's wheel, its T1 in [0, 1], "
+                f"split by coronal_split); remove it"
+            )
     factor = slab_factor(recipe.data.slice_thickness, 1.0)  # the template's voxels are 1 mm
     scale = recipe.model.options.get("scale")
     if scale != [factor, 1, 1] and scale != (factor, 1, 1):

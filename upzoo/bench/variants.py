@@ -23,8 +23,21 @@ class Variant:
         return self.name + "".join(f" {k}={v}" for k, v in self.options.items())
 
 
+def _split_outside_brackets(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator`` where no ``{}``/``[]`` bracket is open, so that a YAML value
+    such as ``{mode: nearest, kernel_size: 5}`` stays whole."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char in "{[") - (char in "}]")
+        if char == separator and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
+
+
 def parse_variants(text: str) -> list[Variant]:
-    """``"transposed,interp_conv:mode=bilinear,sapa:variant=inner"`` -> variants (values as YAML).
+    """``"transposed,interp_conv:mode=bilinear,sapa:variant=inner"`` -> variants (values as YAML;
+    a mapping or list value keeps its commas and colons: ``last_upsampler_options={kernel_size: 5}``).
 
     Raises:
         ConfigError: empty names, a malformed option, a variant given twice.
@@ -32,7 +45,7 @@ def parse_variants(text: str) -> list[Variant]:
     from upzoo.yaml_files import parse_yaml
 
     variants = []
-    parts = [p.strip() for p in str(text).split(",")]
+    parts = [p.strip() for p in _split_outside_brackets(str(text), ",")]
     for index, part in enumerate(parts):
         if not part:
             if len(parts) == 1:
@@ -40,9 +53,9 @@ def parse_variants(text: str) -> list[Variant]:
             raise ConfigError(
                 f"--upsamplers {text!r}: variant {index + 1} of {len(parts)} is empty; remove the extra comma"
             )
-        name, _, rest = part.partition(":")
+        name, *pairs = _split_outside_brackets(part, ":")
         options = {}
-        for pair in filter(None, rest.split(":")):
+        for pair in filter(None, pairs):
             key, eq, value = pair.partition("=")
             if not eq or not key.strip():
                 raise ConfigError(f"--upsamplers: {part!r} has a malformed option {pair!r}; use NAME:KEY=VALUE")
