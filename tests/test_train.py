@@ -62,6 +62,21 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 
 def shrink(path: Path, cache: str) -> list[str]:
+    if path.name.startswith("mni152_sr"):  # the brain from nilearn's wheel: small patches, a tiny network
+        return [
+            "--set",
+            "train.max_steps=2",
+            "--set",
+            "train.val_every=2",
+            "--set",
+            "data.num_workers=0",
+            "--set",
+            "data.crop_size=[8,16,16]",
+            "--set",
+            "model.channels=4",
+            "--set",
+            "model.num_blocks=1",
+        ]
     if path.name.startswith("sr_"):  # package photographs: two steps on one, evaluated on a small one
         return ["--set", "train.max_steps=2", "--set", "data.num_workers=0", "--set", "data.batch_size=2",
                 "--set", "data.patches_per_image=2", "--set", "data.package_train=[chelsea]",
@@ -119,7 +134,7 @@ def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     loaded = load_recipe(recipe)
     assert loaded.model.architecture in ("unet", "dcgan", "smp_fpn", "smp_upernet", "smp_segformer",
                                          "smp_deeplabv3plus", "espcn", "edsr", "rrdbnet", "feature_upsampler",
-                                         "linear_probe", "pggan")  # fmt: skip
+                                         "linear_probe", "pggan", "through_plane_sr")  # fmt: skip
     assert loaded.data.root is None
     overrides = [value for value in shrink(recipe, cache) if value != "--set"]
     summary = train(load_recipe(recipe, overrides), tmp_path / "run", progress=False)  # in-process: no start-up
@@ -135,6 +150,9 @@ def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     elif loaded.task == "generator_testbed":  # the untrained generator and the last step
         assert (run / "best.pt").is_file() and (run / "spectral_error_evolution.png").is_file()
         assert 5 < summary["val"]["psnr"] < 40 and (run / "spectra.csv").read_text().count("\n2,") == 46
+    elif loaded.task == "through_plane_sr":
+        assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
+        assert summary["val"]["linear_psnr"] == pytest.approx(27.10, abs=0.01)
     elif loaded.task == "feature_upsampling":
         assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
         assert -1 <= summary["val"]["cosine"] <= 1 and set(summary["val"]["per_ratio"]) == {"2", "4"}
