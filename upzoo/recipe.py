@@ -192,18 +192,21 @@ def _check_task_keys(recipe: Recipe) -> None:
 _TESTBED_UNREAD = ("crop_size", "resize", "normalize", "synthetic_size", "synthetic_val")
 
 
-def _check_testbed_data(recipe: Recipe) -> None:
-    """Refuse a ``data`` key that a generator-testbed recipe would quietly ignore."""
-    if recipe.task != "generator_testbed":
-        return
+def _refuse_unread(recipe: Recipe, keys: Sequence[str], reader: str) -> None:
+    """Refuse the first of ``keys`` that ``recipe.data`` sets to anything but its default, which
+    ``reader`` (a phrase naming who does not read it, and why) would quietly ignore."""
     from upzoo.sections import DataConfig
 
-    for key in _TESTBED_UNREAD:
+    for key in keys:
         if getattr(recipe.data, key) != DataConfig.model_fields[key].default:
-            raise ConfigError(
-                f"data.{key} is not read by the generator testbed (it regresses whole images at model.resolution, "
-                f"every one of them, unnormalised in [-1, 1]); remove it"
-            )
+            raise ConfigError(f"data.{key} is not read {reader}; remove it")
+
+
+def _check_testbed_data(recipe: Recipe) -> None:
+    """Refuse a ``data`` key that a generator-testbed recipe would quietly ignore."""
+    if recipe.task == "generator_testbed":
+        _refuse_unread(recipe, _TESTBED_UNREAD, "by the generator testbed (it regresses whole images at "
+                       "model.resolution, every one of them, unnormalised in [-1, 1])")  # fmt: skip
 
 
 #: data keys through-plane super-resolution does not read (the brain is one volume from nilearn's wheel)
@@ -225,14 +228,9 @@ def _check_through_plane(recipe: Recipe) -> None:
     if not through_plane:
         return
     from upzoo.data.slabs import slab_factor
-    from upzoo.sections import DataConfig
 
-    for key in _MNI152_UNREAD:
-        if getattr(recipe.data, key) != DataConfig.model_fields[key].default:
-            raise ConfigError(
-                f"data.{key} is not read for data.kind mni152 (one template from nilearn's wheel, its T1 in [0, 1], "
-                f"split by coronal_split); remove it"
-            )
+    _refuse_unread(recipe, _MNI152_UNREAD, "for data.kind mni152 (one template from nilearn's wheel, its T1 in "
+                   "[0, 1], split by coronal_split)")  # fmt: skip
     factor = slab_factor(recipe.data.slice_thickness, 1.0)  # the template's voxels are 1 mm
     scale = recipe.model.options.get("scale")
     if scale != [factor, 1, 1] and scale != (factor, 1, 1):
