@@ -241,6 +241,22 @@ def test_seed_intervals_and_paired_differences_match_scipy():
     assert first.options == {"last_upsampler": "interp_conv",
                              "last_upsampler_options": {"mode": "bilinear", "kernel_size": 5}}  # fmt: skip
     assert second.name == "fir" and second.options == {}
+    label = "transposed last_upsampler=interp_conv last_upsampler_options={mode: bilinear, kernel_size: 5}"
+    assert first.label == label  # as the command line wrote it, not Python's repr
+
+
+def test_variant_folders_are_plain_names():
+    from upzoo.bench.plan import _slug
+    from upzoo.bench.variants import parse_variants
+
+    swap = parse_variants(
+        "transposed:last_upsampler=interp_conv:last_upsampler_options={mode: nearest, kernel_size: 3}"
+    )
+    folder = "transposed_last_upsampler-interp_conv_last_upsampler_options-mode_nearest_kernel_size_3"
+    assert _slug(swap[0].label) == folder
+    assert _slug("interp_conv mode=nearest") == "interp_conv_mode-nearest"  # the folders of earlier plans
+    assert _slug("jafar upsampler_run=runs/featup-jafar") == "jafar_upsampler_run-runs-featup-jafar"
+    assert _slug("fir kernel=[1, 3, 3, 1]") == "fir_kernel-1_3_3_1"
 
 
 def test_balanced_class_weights_follow_the_pixel_shares():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -120,7 +121,12 @@ def variant_recipe(recipe: Any, variant: Variant, seed: int) -> Any:
 
 
 def _slug(label: str) -> str:
-    return label.replace(" ", "_").replace("=", "-").replace("/", "-")
+    """A variant's folder name: ``interp_conv mode=nearest`` -> ``interp_conv_mode-nearest``; brackets,
+    colons, commas and quotes of a mapping value dropped, any other character outside ``[A-Za-z0-9._-]``
+    made ``_``."""
+    name = label.replace("=", "-").replace("/", "-")
+    name = re.sub(r"[{}\[\]:,'\"]", "", name).replace(" ", "_")
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
 def plan_comparison(

@@ -20,7 +20,16 @@ class Variant:
 
     @property
     def label(self) -> str:
-        return self.name + "".join(f" {k}={v}" for k, v in self.options.items())
+        return self.name + "".join(f" {k}={_flow(v)}" for k, v in self.options.items())
+
+
+def _flow(value: Any) -> str:
+    """A value as the command line wrote it: mappings and lists in YAML flow style, not Python's repr."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    return str(value)
 
 
 def _split_outside_brackets(text: str, separator: str) -> list[str]:
