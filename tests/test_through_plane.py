@@ -112,7 +112,7 @@ def test_thin_affine_undoes_thick_affine():
         (["data.slice_thickness=2.5"], "2.5 mm is not a whole multiple of the 1.0 mm voxels; use e.g. 2 mm"),
         (["data.slice_thickness=null"], "slice_thickness: data.kind mni152 needs the thick slices' thickness"),
         (["data.kind=volumes"], "data.slice_thickness: makes thick slices of the MNI152 brain .*, not 'volumes'"),
-        (["data.kind=volumes", "data.slice_thickness=null"], "through_plane_sr trains on data.kind mni152"),
+        (["data.kind=volumes", "data.slice_thickness=null"], "through_plane_sr and through_plane_segmentation train"),
         (["data.root=/tmp"], "data.root is not read for data.kind mni152"),
         (["data.synthetic_train=8"], "data.synthetic_train is not read for data.kind mni152"),
         (["data.val_split=test"], "data.val_split is not read for data.kind mni152"),
@@ -125,7 +125,7 @@ def test_bad_recipes_are_one_line_before_training(overrides, message):
 
 
 def test_mni152_feeds_no_other_task():
-    with pytest.raises(ConfigError, match="mni152 feeds through_plane_sr only"):
+    with pytest.raises(ConfigError, match="mni152 feeds them only"):
         load_recipe("recipes/volume_unet3d_aniso.yaml", ["data.kind=mni152", "data.slice_thickness=4"])
 
 

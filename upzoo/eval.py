@@ -41,7 +41,7 @@ def evaluate_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any
         return evaluate_feature_upsampler(recipe, checkpoint)
     if recipe.task == "generator_testbed":
         return evaluate_testbed(recipe, checkpoint)
-    if recipe.task == "through_plane_sr":
+    if recipe.task in ("through_plane_sr", "through_plane_segmentation"):
         return evaluate_through_plane_checkpoint(recipe, checkpoint)
     device = resolve_device(recipe.train.device, "train.device")
     loaded = load_model(checkpoint, device=device, kind="segmentation", purpose="upzoo eval")  # the one way in
@@ -133,7 +133,9 @@ def evaluate_upscaler(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]:
 
 def evaluate_through_plane_checkpoint(recipe: Recipe, checkpoint: str | Path) -> dict[str, Any]:
     """A through-plane checkpoint on the held-out block of ``recipe``'s brain (e.g. ``--set
-    data.slice_noise=0.02``): PSNR and SSIM in the brain beside linear, cubic and B-spline interpolation.
+    data.slice_noise=0.02``): super-resolution's PSNR and SSIM in the brain beside linear, cubic and
+    B-spline interpolation, or segmentation's Dice, HD95 and surface Dice per tissue beside the best
+    thick-grid labels.
 
     Raises:
         ConfigError: slices of another thickness than the model's scale. DataError: a missing or corrupt checkpoint.
@@ -142,12 +144,14 @@ def evaluate_through_plane_checkpoint(recipe: Recipe, checkpoint: str | Path) ->
 
     from upzoo.prepare import prepare
     from upzoo.train.through_plane import evaluate_through_plane
+    from upzoo.train.through_plane_segmentation import evaluate_tissue_block
 
     device = resolve_device(recipe.train.device, "train.device")
-    loaded = load_model(checkpoint, device=device, kind="through_plane_sr", purpose="upzoo eval")
+    loaded = load_model(checkpoint, device=device, kind=recipe.task, purpose="upzoo eval")
     prepared = prepare(replace(recipe, model=loaded.spec))
     precision = functools.partial(autocast, recipe.train.amp, device)
-    metrics, _ = evaluate_through_plane(loaded.model, prepared.data.val, device, precision)
+    evaluate = evaluate_tissue_block if recipe.task == "through_plane_segmentation" else evaluate_through_plane
+    metrics, _ = evaluate(loaded.model, prepared.data.val, device, precision)
     return {**metrics, "checkpoint": str(checkpoint), "step": loaded.step}
 
 

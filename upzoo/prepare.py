@@ -115,15 +115,8 @@ def prepare(recipe: Recipe) -> Prepared:
             recipe.data, task="super_resolution", scale=options["scale"], in_channels=options.get("in_channels", 3)
         )
         return Prepared(recipe, recipe.model, bundle, None, None, None, None)
-    if recipe.task == "through_plane_sr":
-        from upzoo.data.through_plane import ThickSliceBlock, ThickSlicePatches, thick_slice_volume
-
-        data = recipe.data
-        volume = thick_slice_volume(data.slice_thickness, data.slice_noise, data.synthetic_seed)
-        patch = tuple(data.crop_size or (32, 32, 32))
-        train = ThickSlicePatches(volume, patch, data.patches_per_image, augment=data.augment)  # type: ignore[arg-type]
-        bundle = DataBundle(train, ThickSliceBlock(volume), mni152_root(), spacing=volume.spacing)
-        return Prepared(recipe, recipe.model, bundle, None, None, None, None)
+    if recipe.task in ("through_plane_sr", "through_plane_segmentation"):
+        return _prepare_thick_slices(recipe)
     if recipe.task == "feature_upsampling":  # images only: labels, if any, are not used
         if recipe.data.kind == "cityscapes":
             bundle = build_datasets(recipe.data, task="segmentation")
@@ -159,3 +152,22 @@ def check_pretrained_normalization(spec: ModelSpec, kind: str, mean: tuple[float
             f"model.encoder_weights {IMAGENET_LITE!r} takes 2D RGB images normalised with the ImageNet mean and std; "
             f"this recipe's data (kind {kind!r}) is not: use data.normalize: imagenet with 2D image data"
         )
+
+
+def _prepare_thick_slices(recipe: Recipe) -> Prepared:
+    """The MNI152 brain in thick slices: thin intensities (super-resolution) or tissue labels
+    (segmentation) as targets; ``strides: auto`` planned from the thick slices' spacing and patch."""
+    from upzoo.data.mni152 import TISSUE_NAMES
+    from upzoo.data.through_plane import ThickSliceBlock, ThickSlicePatches, thick_slice_volume
+
+    data, labels = recipe.data, recipe.task == "through_plane_segmentation"
+    volume = thick_slice_volume(data.slice_thickness, data.slice_noise, data.synthetic_seed)
+    patch = tuple(data.crop_size or (32, 32, 32))
+    train = ThickSlicePatches(volume, patch, data.patches_per_image, augment=data.augment, labels=labels)  # type: ignore[arg-type]
+    thick_spacing = (volume.spacing[0] * volume.factor, *volume.spacing[1:])
+    classes = {"num_classes": len(TISSUE_NAMES), "class_names": list(TISSUE_NAMES)} if labels else {}
+    bundle = DataBundle(train, ThickSliceBlock(volume), mni152_root(), spacing=volume.spacing, **classes)
+    if not labels:
+        return Prepared(recipe, recipe.model, bundle, None, None, None, None)
+    spec = recipe.model.resolve_auto_strides(thick_spacing, (patch[0] // volume.factor, *patch[1:]))
+    return Prepared(recipe, spec, bundle, len(TISSUE_NAMES), None, None, None)

@@ -157,7 +157,7 @@ def check_model_builds(spec: ModelSpec) -> None:
 #: train keys that only some tasks read: set to anything but their default elsewhere, they are refused
 #: (a setting that is quietly ignored is worse than an error)
 _TASK_KEYS = {
-    "loss": ("segmentation",),
+    "loss": ("segmentation", "through_plane_segmentation"),
     "class_weights": ("segmentation",),
     "discriminator_norm": ("gan",),
     "sample_every": ("gan",),
@@ -217,13 +217,14 @@ _MNI152_UNREAD = (
 
 
 def _check_through_plane(recipe: Recipe) -> None:
-    """``through_plane_sr`` trains on ``mni152`` (and ``mni152`` feeds nothing else), its scale is the
-    slab's, and no data key it would quietly ignore is set."""
-    through_plane, mni152 = recipe.task == "through_plane_sr", recipe.data.kind == "mni152"
-    if through_plane != mni152:
+    """``through_plane_sr`` and ``through_plane_segmentation`` train on ``mni152`` (and ``mni152`` feeds
+    nothing else), the model's scale is the slab's, the classes are the template's tissues, and no
+    data key they would quietly ignore is set."""
+    through_plane = recipe.task in ("through_plane_sr", "through_plane_segmentation")
+    if through_plane != (recipe.data.kind == "mni152"):
         raise ConfigError(
             f"data.kind {recipe.data.kind!r} does not fit a {recipe.task} recipe ({recipe.model.architecture}): "
-            f"through_plane_sr trains on data.kind mni152, and mni152 feeds through_plane_sr only"
+            f"through_plane_sr and through_plane_segmentation train on data.kind mni152, and mni152 feeds them only"
         )
     if not through_plane:
         return
@@ -238,6 +239,19 @@ def _check_through_plane(recipe: Recipe) -> None:
         raise ConfigError(
             f"model.scale {scale!r} does not match {recipe.data.slice_thickness:g} mm slices of the 1 mm template: "
             f"use scale: [{factor}, 1, 1]{other}"
+        )
+    _check_tissue_classes(recipe)
+
+
+def _check_tissue_classes(recipe: Recipe) -> None:
+    """Segmentation from thick slices predicts the template's tissue labels, all of them."""
+    from upzoo.data.mni152 import TISSUE_NAMES
+
+    classes = recipe.model.options.get("num_classes")
+    if recipe.task == "through_plane_segmentation" and classes != len(TISSUE_NAMES):
+        raise ConfigError(
+            f"model.num_classes {classes!r} does not match the MNI152 tissue labels ({', '.join(TISSUE_NAMES)}): "
+            f"use num_classes: {len(TISSUE_NAMES)}"
         )
 
 

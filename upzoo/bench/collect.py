@@ -30,6 +30,7 @@ QUALITY_SR = ("psnr_y", "ssim_y", "psnr_rgb", "spectral_error", "checkerboard")
 QUALITY_GAN = ("swd", "spectral_error", "spectral_error_corners", "spectral_decay", "kid", "fd", "checkerboard")
 QUALITY_TESTBED = ("psnr", "spectral_error", "spectral_error_corners")
 QUALITY_THROUGH_PLANE = ("psnr", "ssim")
+QUALITY_TISSUE = ("dice", "gm_dice", "wm_dice", "csf_dice", "gm_hd95", "hd95", "gm_surface_dice", "surface_dice")
 
 #: the Cityscapes classes that are thin or small: where upsamplers differ (their mean IoU is reported)
 THIN_CLASSES = ("pole", "traffic light", "traffic sign", "person", "rider", "motorcycle", "bicycle")
@@ -118,7 +119,8 @@ def collect_comparison(
     task = architecture_info(plan.recipe["model"].get("architecture", "unet")).task
     volumes = plan.recipe["data"]["kind"] == "volumes"
     keys = {"gan": QUALITY_GAN, "super_resolution": QUALITY_SR, "generator_testbed": QUALITY_TESTBED,
-            "through_plane_sr": QUALITY_THROUGH_PLANE}.get(task, QUALITY_3D if volumes else QUALITY_2D)  # fmt: skip
+            "through_plane_sr": QUALITY_THROUGH_PLANE, "through_plane_segmentation": QUALITY_TISSUE,
+            }.get(task, QUALITY_3D if volumes else QUALITY_2D)  # fmt: skip
     gan = task in ("gan", "generator_testbed")  # generators: their spectra are plotted
     finished: dict[str, dict[int, dict]] = {label: {} for label in plan.variants}
     spectra: dict[str, list] = {label: [] for label in plan.variants}  # generators: for compare_spectra.png
@@ -158,7 +160,8 @@ def collect_comparison(
 def _reference(task: str, summaries: list[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any] | list | None:
     """What every variant is measured against without training, where the task has it: bicubic
     upscaling for super-resolution (the same held-out images in every cell), linear, cubic and
-    B-spline interpolation for through-plane super-resolution (a list), the untrained
+    B-spline interpolation for through-plane super-resolution (a list), the best labels of the thick
+    grid for segmentation from thick slices, the untrained
     generator for the testbed (its mean over the cells: each cell starts from its own seed)."""
     if task == "super_resolution" and summaries:
         val = summaries[0]["val"]
@@ -168,6 +171,9 @@ def _reference(task: str, summaries: list[dict[str, Any]], keys: Sequence[str]) 
         names = {"linear": "linear", "cubic": "cubic convolution", "bspline": "cubic B-spline"}
         return [{"label": f"{label} interpolation", **{k: float(val[f"{m}_{k}"]) for k in keys}}
                 for m, label in names.items()]  # fmt: skip
+    if task == "through_plane_segmentation" and summaries:  # the same held-out block's thick-grid labels
+        val = summaries[0]["val"]
+        return {"label": "best thick-grid labels, nearest", **{k: float(val[f"thick_{k}"]) for k in keys}}
     untrained = [s["untrained"] for s in summaries if isinstance(s.get("untrained"), dict)]
     if task == "generator_testbed" and untrained:
         means = {k: statistics.fmean(u[k] for u in untrained) for k in keys if all(k in u for u in untrained)}

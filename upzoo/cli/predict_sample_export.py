@@ -84,7 +84,8 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     checkpoint) segments; a super-resolution run upscales images to NAME.png at the input's bit
     depth (8 or 16), whole or with --tile; a through-plane run upsamples the slices of thick-slice
     NIfTI volumes to NAME.nii.gz on the thin grid (its affine: thinner voxels along the slice axis,
-    the same place in scanner space).
+    the same place in scanner space), or, trained for segmentation, writes their tissue labels
+    (uint8) on that grid.
 
     2D: writes NAME.png (train ids, uint8), color/NAME.png (the dataset's palette) and with --overlay
     overlay/NAME.png. 3D: each volume is resampled to the training spacing, predicted, and its
@@ -98,10 +99,11 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     _check_inputs_exist(inputs)
     device = _device(device if backend != "onnxruntime" or device != "auto" else "cpu")
     loaded = load_model(run, device=device)
-    if loaded.task in ("super_resolution", "through_plane_sr"):  # options that only segmentation reads
+    if loaded.task in ("super_resolution", "through_plane_sr", "through_plane_segmentation"):
         given = {"--tta": tta != "none", "--scales": scales != "1", "--window": window != "auto", "--overlay": overlay,
                  "--probabilities": probabilities, "--backend": backend != "eager", "--onnx": onnx_path,
                  "--no-resample": no_resample, "--batch-size": batch_size != 4, "--workers": workers != 2}  # fmt: skip
+        # (the options above are read by image and volume segmentation only)
         if loaded.task == "super_resolution":
             _upscale(loaded, inputs, out_dir, tile, device, amp, overwrite, keep_going, no_progress, as_json, given)
         else:
@@ -160,19 +162,20 @@ def _upscale(loaded, inputs, out_dir, tile, device, amp, overwrite, keep_going, 
 
 
 def _upsample_slices(loaded, inputs, out_dir, device, amp, overwrite, keep_going, no_progress, as_json, given) -> None:
-    """``upzoo predict`` on a through-plane super-resolution run."""
+    """``upzoo predict`` on a through-plane run (super-resolution, or segmentation on the thin grid)."""
     from upzoo.inference.slice_upscaling import upscale_volume_files
 
     for option, used in given.items():
         if used:
-            raise UsageError(f"{option} is not read by a through-plane run ({loaded.checkpoint}: it upsamples each "
-                             f"volume's slices whole)")  # fmt: skip
+            raise UsageError(f"{option} is not read by a through-plane run ({loaded.checkpoint}: it takes each "
+                             f"volume whole)")  # fmt: skip
     summary = upscale_volume_files(loaded, inputs, Path(out_dir), device=device, amp=amp, overwrite=overwrite,
                                    keep_going=keep_going, progress=not no_progress)  # fmt: skip
     if as_json:
         click.echo(to_json(summary))
     else:
-        click.echo(f"upsampled the slices of {summary['written']} volumes into {out_dir} in {summary['seconds']:.1f} s")
+        what = "labelled on the thin grid" if loaded.task == "through_plane_segmentation" else "upsampled the slices of"
+        click.echo(f"{what} {summary['written']} volumes into {out_dir} in {summary['seconds']:.1f} s")
     _report_failed(summary)
 
 

@@ -158,6 +158,14 @@ def _task_result_line(val: dict) -> str | None:
             f"{val['linear_psnr']:.2f} dB, cubic {val['cubic_psnr']:.2f} dB, B-spline {val['bspline_psnr']:.2f} dB "
             f"({val['psnr'] - val['linear_psnr']:+.2f} dB over linear; x{val['factor']} through-plane, {val['block']})"
         )
+    if "thick_gm_dice" in val:
+        return (
+            f"val Dice {val['dice']:.4f} (grey matter {val['gm_dice']:.4f}, white matter {val['wm_dice']:.4f}, "
+            f"CSF/other {val['csf_dice']:.4f}), grey-matter HD95 {val['gm_hd95']:.2f} mm; the best thick-grid "
+            f"labels: Dice {val['thick_dice']:.4f} (grey matter {val['thick_gm_dice']:.4f}, HD95 "
+            f"{val['thick_gm_hd95']:.2f} mm); "
+            f"x{val['factor']} thick slices, {val['block']}"
+        )
     if "spectral_error_corners" in val and "psnr" in val:
         return (
             f"val PSNR {val['psnr']:.2f} dB over {val.get('images', '?')} images; spectral error "
@@ -264,7 +272,8 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
         recipe = load_recipe(target, overrides)
     result = evaluate_checkpoint(recipe, checkpoint)
     render = {"gan": _generative_line, "super_resolution": _upscaler_table, "feature_upsampling": _feature_table,
-              "generator_testbed": _testbed_line, "through_plane_sr": _task_result_line}.get(
+              "generator_testbed": _testbed_line, "through_plane_sr": _task_result_line,
+              "through_plane_segmentation": _task_result_line}.get(
                   recipe.task, _segmentation_table)  # fmt: skip
     if as_json:
         from upzoo.train.tasks import by_class_name

@@ -1,6 +1,7 @@
-"""Through-plane super-resolution data on the MNI152 brain (``data.kind: mni152``): thick axial
-slices made as a scanner makes them (each the mean of its thin slices, optionally with noise; see
-:mod:`upzoo.data.slabs`) and the thin volume they came from.
+"""Thick-slice data on the MNI152 brain (``data.kind: mni152``): thick axial slices made as a scanner
+makes them (each the mean of its thin slices, optionally with noise; see :mod:`upzoo.data.slabs`), and
+on the thin grid they came from either the thin volume (through-plane super-resolution) or its tissue
+labels (segmentation from thick slices, :func:`~upzoo.data.mni152.tissue_labels`).
 
 The volume is cropped to the brain's box in ``H`` and ``W`` (with a margin) and to a whole number of
 slabs in ``D``; the thick volume is made once from it, so a training patch and the validation block
@@ -32,11 +33,13 @@ BOX_MARGIN = 4  # voxels of background kept around the brain's box in H and W
 @dataclass(frozen=True)
 class ThickSliceVolume:
     """The thin volume ``thin`` ``(D, H, W)``, its ``thick`` slices ``(D / factor, H, W)``, the brain
-    ``mask``, the ``affine`` of the thin array, its ``spacing`` and the coronal split of ``H``."""
+    ``mask``, the tissue ``labels`` on the thin grid, the ``affine`` of the thin array, its ``spacing``
+    and the coronal split of ``H``."""
 
     thin: np.ndarray
     thick: np.ndarray
     mask: np.ndarray
+    labels: np.ndarray
     affine: np.ndarray
     spacing: tuple[float, float, float]
     factor: int
@@ -57,12 +60,12 @@ def thick_slice_volume(thickness_mm: float, noise: float = 0.0, seed: int = 0) -
     w0, w1 = max(0, cols[0] - BOX_MARGIN), min(brain.mask.shape[2], cols[-1] + 1 + BOX_MARGIN)
     depth = brain.t1.shape[0] - brain.t1.shape[0] % factor
     box = (slice(0, depth), slice(h0, h1), slice(w0, w1))
-    thin, mask = np.ascontiguousarray(brain.t1[box]), np.ascontiguousarray(brain.mask[box])
+    thin, mask, labels = (np.ascontiguousarray(a[box]) for a in (brain.t1, brain.mask, brain.labels))
     affine = brain.affine.copy()
     affine[:3, 3] = brain.affine[:3, :3] @ np.array([0, h0, w0]) + brain.affine[:3, 3]
     train, val = coronal_split(thin.shape[1])
     thick = thick_slices(thin, factor, noise=noise, seed=seed)
-    return ThickSliceVolume(thin, thick, mask, affine, brain.spacing, factor, train, val)
+    return ThickSliceVolume(thin, thick, mask, labels, affine, brain.spacing, factor, train, val)
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -71,15 +74,17 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 
 class ThickSlicePatches(Dataset):
     """Training pairs ``{"image": (1, d / factor, h, w), "target": (1, d, h, w)}`` for a thin ``patch``
-    ``(d, h, w)``; ``length`` of them per epoch, drawn from (seed, epoch, index) only.
+    ``(d, h, w)`` (with ``labels``: ``"mask"`` ``(d, h, w)`` int64 tissue labels in place of the
+    target); ``length`` of them per epoch, drawn from (seed, epoch, index) only.
 
     Raises:
         ConfigError: a patch whose depth is not a whole number of slabs, or larger than a training block.
     """
 
     def __init__(
-        self, volume: ThickSliceVolume, patch: tuple[int, int, int], length: int, augment: bool = True
-    ) -> None:
+        self, volume: ThickSliceVolume, patch: tuple[int, int, int], length: int, augment: bool = True,
+        labels: bool = False,
+    ) -> None:  # fmt: skip
         d, h, w = patch
         k = volume.factor
         if d % k:
@@ -93,6 +98,7 @@ class ThickSlicePatches(Dataset):
                 f"data.crop_size {list(patch)} is larger than the training blocks {list(largest)}; lower it"
             )
         self.volume, self.patch, self.length, self.augment = volume, (d, h, w), length, augment
+        self.labels = labels
         blocks = [b for b in volume.train_blocks if b.stop - b.start >= h]
         centres = np.argwhere(volume.mask)
         inside = np.zeros(len(centres), bool)
@@ -117,17 +123,21 @@ class ThickSlicePatches(Dataset):
         rng = np.random.default_rng(sample_seed(self.seed, self.epoch, index))
         (d, h, w), k = self.patch, self.volume.factor
         z, y, x = self._start(self.centres[rng.integers(len(self.centres))])
-        target = self.volume.thin[z : z + d, y : y + h, x : x + w]
+        thin = self.volume.labels if self.labels else self.volume.thin
+        target = thin[z : z + d, y : y + h, x : x + w]
         image = self.volume.thick[z // k : (z + d) // k, y : y + h, x : x + w]
         if self.augment:
             for axis in range(3):
                 if rng.random() < 0.5:
                     target, image = np.flip(target, axis), np.flip(image, axis)
+        if self.labels:
+            return {"image": _tensor(image), "mask": torch.from_numpy(target.astype(np.int64))}
         return {"image": _tensor(image), "target": _tensor(target)}
 
 
 class ThickSliceBlock(Dataset):
-    """The held-out coronal block, whole: one item ``{"image", "target", "mask", "name"}``."""
+    """The held-out coronal block, whole: one item ``{"image", "target", "mask", "labels", "name"}``
+    (``mask`` the brain, ``labels`` the tissue labels, int64)."""
 
     def __init__(self, volume: ThickSliceVolume) -> None:
         self.volume = volume
@@ -143,5 +153,6 @@ class ThickSliceBlock(Dataset):
             "image": _tensor(v.thick[:, block]),
             "target": _tensor(v.thin[:, block]),
             "mask": torch.from_numpy(np.ascontiguousarray(v.mask[:, block])),
+            "labels": torch.from_numpy(v.labels[:, block].astype(np.int64)),
             "name": f"mni152 coronal block y {block.start}-{block.stop - 1}",
         }

@@ -54,6 +54,8 @@ def export_contract(loaded: LoadedModel) -> dict[str, str]:
     upscaler = _upscaler_contract(loaded.task, options)
     if upscaler is not None:
         contract.update(upscaler)
+        if loaded.class_names:
+            contract["class_names"] = loaded.class_names
         return {k: v if isinstance(v, str) else json.dumps(v) for k, v in contract.items()}
     dims = options.get("spatial_dims", 2)
     volumes = loaded.volumes
@@ -92,6 +94,15 @@ def _upscaler_contract(task: str, options: dict[str, Any]) -> dict[str, Any] | N
             "scale": options["scale"],
             "output.layout": "NCHW, H and W times scale",
             "output.range": "[0, 1] after clamping; pixels = round(output * 255)",
+        }
+    if task == "through_plane_segmentation":
+        return {
+            "input.layout": "NCDHW (D: the slice axis, NIfTI's third voxel axis)",
+            "input.dtype": "float32",
+            "input.channels": options.get("in_channels", 1),
+            "input.preprocessing": "voxels / 255 (uint8) or / the volume's maximum; any size (padded inside)",
+            "scale": list(options["scale"]),
+            "output.layout": "NKDHW logits on the thin grid (each axis times its scale); labels = argmax over K",
         }
     if task == "through_plane_sr":
         return {

@@ -53,7 +53,7 @@ def check_sizes(loaded: LoadedModel) -> list[tuple[int, ...]]:
     base = tuple(loaded.recipe.data.crop_size or ((32,) * dims if dims == 3 else (64, 64)))
     if loaded.task == "super_resolution":  # the low-resolution side of the training crop
         base = tuple(max(s // options["scale"], 8) for s in loaded.recipe.data.crop_size or (96, 96))
-    if loaded.task == "through_plane_sr":  # the thick side of the training patch
+    if loaded.task in ("through_plane_sr", "through_plane_segmentation"):  # the thick side of the training patch
         base = tuple(max(s // f, 4) for s, f in zip(loaded.recipe.data.crop_size or (32, 32, 32), options["scale"]))
     rules = getattr(loaded.model, "size_rules", None)
     if rules is not None:  # on the grid, and no deepest feature of size 1 (a tracer specialises those)

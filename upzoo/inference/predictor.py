@@ -139,6 +139,8 @@ def _check_arguments(loaded, tta, scales, window, overlap, window_batch) -> None
             "gan": "; sample its generator with upzoo sample",
             "through_plane_sr": "; upsample its volumes' slices with "
             "upzoo.inference.slice_upscaling.upscale_volume_files (upzoo predict does)",
+            "through_plane_segmentation": "; label its thick-slice volumes on the thin grid with "
+            "upzoo.inference.slice_upscaling.upscale_volume_files (upzoo predict does)",
         }.get(loaded.task, "")
         raise ConfigError(
             f"{loaded.checkpoint} is a {loaded.task} run; Predictor segments with a segmentation run{how}"

@@ -1,6 +1,6 @@
-"""``upscale_volume_files``: a through-plane super-resolution run over thick-slice NIfTI volumes
-(``upzoo predict`` on a ``through_plane_sr`` run): ``OUT/NAME.nii.gz`` on the thin grid, and
-``predictions.csv``.
+"""``upscale_volume_files``: a through-plane run over thick-slice NIfTI volumes (``upzoo predict`` on
+a ``through_plane_sr`` or ``through_plane_segmentation`` run): ``OUT/NAME.nii.gz`` on the thin grid
+(the thin volume, float32; or the tissue labels, uint8), and ``predictions.csv``.
 
 The slice axis is NIfTI's third voxel axis (``k``, upzoo's ``D``). Intensities are scaled to [0, 1]
 as the training volume was (by 255 for uint8 files, else by the volume's maximum) and back. The
@@ -28,7 +28,7 @@ from upzoo.inference.run import planned_outputs
 from upzoo.runs.trained_model import LoadedModel
 from upzoo.runtime import FolderLock, atomic_write, autocast, terminate_as_interrupt
 
-__all__ = ["upscale_volume_files", "upscale_volume", "SLAB_TOLERANCE"]
+__all__ = ["upscale_volume_files", "upscale_volume", "label_volume", "SLAB_TOLERANCE"]
 
 SLAB_TOLERANCE = 0.05  # the input's slice-to-in-plane spacing ratio may differ this much from the model's factor
 
@@ -69,12 +69,25 @@ def upscale_volume(model: torch.nn.Module, volume: np.ndarray, device: torch.dev
     return out.float().clamp(0, 1)[0, 0].cpu().numpy()
 
 
+@torch.no_grad()
+def label_volume(model: torch.nn.Module, volume: np.ndarray, device: torch.device, amp: bool = False) -> np.ndarray:
+    """``(D, H, W)`` thick slices in [0, 1] -> uint8 labels ``(D * s_d, H * s_h, W * s_w)`` (the argmax of the
+    thin-grid logits), the volume whole."""
+    model.eval()
+    x = torch.from_numpy(np.ascontiguousarray(volume, dtype=np.float32))[None, None].to(device)
+    with autocast("bf16" if amp else "none", device, "--amp"):
+        out = model(x)
+    return out.float().max(1).indices[0].cpu().numpy().astype(np.uint8)
+
+
 def _write(path: Path, thin: np.ndarray, image: Any, factor: int) -> None:
     import nibabel as nib
 
     affine = thin_affine(image.affine, factor, axis=2)
     header = image.header.copy()
-    header.set_data_dtype(np.float32)
+    header.set_data_dtype(thin.dtype)
+    if thin.dtype == np.uint8:  # labels: no intensity scaling
+        header.set_slope_inter(1, 0)
     out = nib.Nifti1Image(np.ascontiguousarray(thin.transpose(2, 1, 0)), affine, header)
     out.set_qform(affine, code=int(image.header["qform_code"]) or 1)
     out.set_sform(affine, code=int(image.header["sform_code"]) or 1)
@@ -86,15 +99,17 @@ def upscale_volume_files(
     loaded: LoadedModel, inputs: Sequence[str | Path], out: Path, *, device: torch.device | str = "cpu",
     amp: bool = False, overwrite: bool = False, keep_going: bool = False, progress: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
-    """Upsample every input volume's slices into ``out``; returns ``{written, failed, csv, seconds}``.
+    """Upsample (or label, on the thin grid) every input volume's slices into ``out``; returns
+    ``{written, failed, csv, seconds}``.
 
     Raises:
         DataError: an unreadable input or one whose slices do not fit the model (with ``keep_going``
             listed in ``failed``), outputs that exist without ``overwrite``. ConfigError: a run of another task.
     """
-    if loaded.task != "through_plane_sr":
+    if loaded.task not in ("through_plane_sr", "through_plane_segmentation"):
         raise ConfigError(
-            f"{loaded.checkpoint} is a {loaded.task} run; upscale_volume_files takes a through_plane_sr run"
+            f"{loaded.checkpoint} is a {loaded.task} run; upscale_volume_files takes a through_plane_sr or "
+            f"through_plane_segmentation run"
         )
     start = time.perf_counter()
     named = named_inputs(inputs, volumes=True, exclude=out)
@@ -122,7 +137,10 @@ def _run(loaded, named, planned, device, amp, keep_going, progress) -> tuple[lis
             failed.append((str(path), str(exc)))
             continue
         began = time.perf_counter()
-        thin = upscale_volume(loaded.model, volume, device, amp) * scale
+        if loaded.task == "through_plane_segmentation":
+            thin = label_volume(loaded.model, volume, device, amp)
+        else:
+            thin = (upscale_volume(loaded.model, volume, device, amp) * scale).astype(np.float32)
         _write(outputs["volume"], thin, image, factor)
         shapes = {"input_shape": "x".join(map(str, volume.shape)), "output_shape": "x".join(map(str, thin.shape))}
         rows.append({"file": str(path), "output": str(outputs["volume"]), **shapes,

@@ -18,6 +18,7 @@ from upzoo.models.smp_adapter import smp_unet
 from upzoo.models.smp_decoders import smp_deeplabv3plus, smp_fpn, smp_segformer, smp_upernet
 from upzoo.models.super_resolution import EDSR, ESPCN, RRDBNet
 from upzoo.models.through_plane import ThroughPlaneSR
+from upzoo.models.through_plane_unet import ThroughPlaneUNet
 from upzoo.models.unet import UNet
 from upzoo.registry import Registry, origin_of
 from upzoo.validation import validate_kwargs
@@ -28,7 +29,8 @@ __all__ = [
 ]  # fmt: skip
 
 #: what trains a model (``Recipe.task``): its loss, evaluation and checkpoint kind
-TASKS = ("segmentation", "gan", "super_resolution", "feature_upsampling", "generator_testbed", "through_plane_sr")
+TASKS = ("segmentation", "gan", "super_resolution", "feature_upsampling", "generator_testbed", "through_plane_sr",
+         "through_plane_segmentation")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,7 @@ register_architecture("dcgan", DCGANGenerator, task="gan", latent_input=True)
 register_architecture("feature_upsampler", FeatureUpsampler, task="feature_upsampling", frozen_backbone=True)
 register_architecture("pggan", PGGANGenerator, task="generator_testbed", latent_input=True)
 register_architecture("through_plane_sr", ThroughPlaneSR, task="through_plane_sr")
+register_architecture("through_plane_unet", ThroughPlaneUNet, task="through_plane_segmentation")
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ class ModelSpec:
         options = dict(data)
         architecture = options.pop("architecture", "unet")  # the default the recipe schema states
         builder = architecture_info(architecture, path).builder
-        auto = architecture == "unet" and options.get("strides") == "auto"
+        auto = architecture in ("unet", "through_plane_unet") and options.get("strides") == "auto"
         if auto:  # planned from the data's voxel spacing when the recipe runs (resolve_auto_strides)
             options.pop("strides")
         validated = validate_kwargs(builder, options, path)

@@ -51,6 +51,7 @@ CHECKPOINT_KEYS["super_resolution"] = CHECKPOINT_KEYS["segmentation"]  # one mod
 CHECKPOINT_KEYS["feature_upsampling"] = CHECKPOINT_KEYS["segmentation"]
 CHECKPOINT_KEYS["generator_testbed"] = CHECKPOINT_KEYS["segmentation"]
 CHECKPOINT_KEYS["through_plane_sr"] = CHECKPOINT_KEYS["segmentation"]
+CHECKPOINT_KEYS["through_plane_segmentation"] = CHECKPOINT_KEYS["segmentation"]
 
 
 def _digest(value: Any, h: hashlib._Hash) -> None:
