@@ -87,6 +87,16 @@ def _through_plane(cache, upsampler: str) -> dict:
     }  # fmt: skip
 
 
+def _thick_slice_segmentation(cache, upsampler: str) -> dict:
+    return {
+        "model": {"architecture": "through_plane_unet", "scale": [4, 1, 1], "num_classes": 4, "channels": [4, 8],
+                  "strides": "auto", "upsampler": upsampler},
+        "data": {"kind": "mni152", "slice_thickness": 4, "crop_size": [8, 16, 16], "patches_per_image": 4,
+                 "batch_size": 1, "num_workers": 0},
+        "train": EVERY_STEP,
+    }  # fmt: skip
+
+
 TASKS = {  # the task, and its block with buffers and one without
     "segmentation": (_segmentation, "fir", "transposed"),
     "gan": (_gan, "fir", "pixel_shuffle"),
@@ -95,6 +105,7 @@ TASKS = {  # the task, and its block with buffers and one without
     "feature_upsampler": (_feature_upsampler, "jbu", "jafar"),
     "linear_probe": (_linear_probe, "jbu", "interpolate"),
     "through_plane_sr": (_through_plane, "fir", "pixel_shuffle"),
+    "through_plane_segmentation": (_thick_slice_segmentation, "fir", "transposed"),
 }
 
 

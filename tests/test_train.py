@@ -193,7 +193,7 @@ def test_resume_continues_with_the_same_losses_as_an_uninterrupted_run(cache, tm
             stop.request()
 
     part = train(recipe, tmp_path / "part", progress=False, on_step=stop_at_three)
-    assert part["interrupted"] and part["steps"] == 3
+    assert part["interrupted"] and part["stop_requested"] and part["steps"] == 3
     assert load_checkpoint(tmp_path / "part" / "last.pt")["step"] == 3
     resumed = train(recipe, tmp_path / "part", resume=True, progress=False)
     assert resumed["steps"] == 6 and not resumed["interrupted"]
@@ -205,6 +205,24 @@ def test_resume_continues_with_the_same_losses_as_an_uninterrupted_run(cache, tm
     b = load_checkpoint(tmp_path / "part" / "last.pt")["model"]
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)
+
+
+def test_a_stop_asked_for_at_the_last_step_is_reported_and_stops_a_comparison(cache, tmp_path, monkeypatch):
+    from upzoo.bench import cells
+    from upzoo.bench.plan import Cell
+
+    def stop_at_six(step, loss, stop):
+        if step == 6:  # the run still evaluates and finishes; the request must not be forgotten
+            stop.request()
+
+    summary = train(parse_recipe(tiny(cache)), tmp_path / "run", progress=False, on_step=stop_at_six)
+    assert summary["steps"] == 6 and not summary["interrupted"] and summary["stop_requested"]
+    cell = Cell("transposed", 0, str(tmp_path / "r.yaml"), "h", str(tmp_path / "cell"), str(tmp_path / "cell.log"))
+    monkeypatch.setattr("upzoo.recipe.load_recipe", lambda path: None)
+    monkeypatch.setattr("upzoo.train.engine.train", lambda *a, **k: summary)
+    assert cells.train_cell(cell).status == "interrupted"
+    with pytest.raises(KeyboardInterrupt):  # the launch stops here, the finished cell kept
+        cells.run_in_process(cell)
 
 
 def test_corrupt_or_truncated_checkpoints_are_refused(tmp_path):

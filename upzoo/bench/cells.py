@@ -92,8 +92,8 @@ def train_cell(cell: Cell) -> CellResult:
     """Train ``cell`` in this process as its ``upzoo train ... --continue`` command would
     (``resume="auto"``), its output in its log, so the log reads the same wherever it ran: the run's
     summary as JSON, or the one ``error:`` line of an upzoo error, or the traceback of anything else
-    (a bug fails its cell and the comparison goes on). ``interrupted`` when Ctrl-C stopped it (its
-    ``last.pt`` is written; the next launch continues it)."""
+    (a bug fails its cell and the comparison goes on). ``interrupted`` when Ctrl-C or SIGTERM stopped
+    it (its ``last.pt`` is written; the next launch continues it), or came while it finished."""
     import traceback
 
     from upzoo.recipe import load_recipe
@@ -113,7 +113,8 @@ def train_cell(cell: Cell) -> CellResult:
             return CellResult(cell, "failed", time.perf_counter() - start,
                               f"unexpected {type(exc).__name__}: {exc} (traceback in {cell.log})")  # fmt: skip
         print(to_json(summary), flush=True)
-    status = "interrupted" if summary.get("interrupted") else "done"
+    # a stop asked for during the cell's last evaluation stops the launch too, the cell being finished
+    status = "interrupted" if summary.get("interrupted") or summary.get("stop_requested") else "done"
     return CellResult(cell, status, time.perf_counter() - start, "interrupted" if status != "done" else "")
 
 

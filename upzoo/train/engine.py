@@ -321,20 +321,23 @@ class Trainer(EngineContext):
             if bar is not None:
                 bar.close()  # before any error line: the bar must not share its line
         try:  # the summary's checks (ranks in sync) can fail too: teardown on every exit
-            summary = self._finish(last, interrupted, time.perf_counter() - started)
+            summary = self._finish(last, interrupted, time.perf_counter() - started, stop.requested)
         except BaseException:
             self.release(failed=True)
             raise
         self.release()
         return summary
 
-    def _finish(self, last: dict[str, float], interrupted: bool, seconds: float) -> dict[str, Any]:
+    def _finish(self, last: dict[str, float], interrupted: bool, seconds: float, stop: bool) -> dict[str, Any]:
+        """The run's summary (``summary.json``); ``stop_requested``: a Ctrl-C or SIGTERM came, also one
+        during the last evaluation of a run that then finished (what runs it, e.g. a comparison, stops)."""
         best = self.best if self.best > float("-inf") else None
         summary = {
             "steps": self.step,
             "total_steps": self.total_steps,
             "epochs_started": self.epoch + 1,
             "interrupted": interrupted,
+            "stop_requested": stop,
             **self.task.summary(last, best),
             "seconds": seconds,
             "world_size": self.ctx.world_size,
