@@ -30,7 +30,8 @@ QUALITY_SR = ("psnr_y", "ssim_y", "psnr_rgb", "spectral_error", "checkerboard")
 QUALITY_GAN = ("swd", "spectral_error", "spectral_error_corners", "spectral_decay", "kid", "fd", "checkerboard")
 QUALITY_TESTBED = ("psnr", "spectral_error", "spectral_error_corners")
 QUALITY_THROUGH_PLANE = ("psnr", "ssim")
-QUALITY_TISSUE = ("dice", "gm_dice", "wm_dice", "csf_dice", "gm_hd95", "hd95", "gm_surface_dice", "surface_dice")
+#: segmentation from thick slices: the mean Dice over the three tissues, each tissue's, and grey matter's surface
+QUALITY_TISSUE = ("dice", "gm_dice", "wm_dice", "csf_dice", "gm_hd95", "gm_surface_dice")
 
 #: the Cityscapes classes that are thin or small: where upsamplers differ (their mean IoU is reported)
 THIN_CLASSES = ("pole", "traffic light", "traffic sign", "person", "rider", "motorcycle", "bicycle")

@@ -19,8 +19,14 @@ TITLES = {
     "boundary_fscore": "Boundary F",
     "thin_iou": "thin IoU",
     "mean_dice": "Dice",
+    "dice": "Dice",
+    "gm_dice": "GM Dice",
+    "wm_dice": "WM Dice",
+    "csf_dice": "CSF Dice",
     "hd95": "HD95 mm",
+    "gm_hd95": "GM HD95 mm",
     "surface_dice": "surface Dice",
+    "gm_surface_dice": "GM surface Dice",
     "psnr_y": "PSNR Y dB",
     "ssim_y": "SSIM Y",
     "ssim": "SSIM",
@@ -35,7 +41,8 @@ TITLES = {
     "checkerboard": "checkerboard",
 }
 #: metrics that cannot exceed 1: their axes stop there even where a few seeds' interval reaches past it
-AT_MOST_ONE = {"miou", "boundary_iou", "boundary_fscore", "thin_iou", "mean_dice", "surface_dice", "ssim_y"}
+AT_MOST_ONE = {"miou", "boundary_iou", "boundary_fscore", "thin_iou", "mean_dice", "surface_dice", "ssim_y", "dice",
+               "gm_dice", "wm_dice", "csf_dice", "gm_surface_dice"}  # fmt: skip
 
 
 def quality_keys(rows: list[dict[str, Any]]) -> list[str]:
