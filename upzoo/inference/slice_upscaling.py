@@ -60,24 +60,23 @@ def _read(path: Path, factor: int) -> tuple[np.ndarray, float, Any]:
 
 
 @torch.no_grad()
-def upscale_volume(model: torch.nn.Module, volume: np.ndarray, device: torch.device, amp: bool = False) -> np.ndarray:
-    """``(D, H, W)`` in [0, 1] -> ``(D * s_d, H * s_h, W * s_w)`` clipped to [0, 1], the volume whole."""
+def _forward(model: torch.nn.Module, volume: np.ndarray, device: torch.device, amp: bool) -> torch.Tensor:
+    """The model's output on ``(D, H, W)`` in [0, 1], the volume whole, in float32 on the CPU."""
     model.eval()
     x = torch.from_numpy(np.ascontiguousarray(volume, dtype=np.float32))[None, None].to(device)
     with autocast("bf16" if amp else "none", device, "--amp"):
-        out = model(x)
-    return out.float().clamp(0, 1)[0, 0].cpu().numpy()
+        return model(x).float().cpu()
 
 
-@torch.no_grad()
+def upscale_volume(model: torch.nn.Module, volume: np.ndarray, device: torch.device, amp: bool = False) -> np.ndarray:
+    """``(D, H, W)`` in [0, 1] -> ``(D * s_d, H * s_h, W * s_w)`` clipped to [0, 1], the volume whole."""
+    return _forward(model, volume, device, amp).clamp(0, 1)[0, 0].numpy()
+
+
 def label_volume(model: torch.nn.Module, volume: np.ndarray, device: torch.device, amp: bool = False) -> np.ndarray:
     """``(D, H, W)`` thick slices in [0, 1] -> uint8 labels ``(D * s_d, H * s_h, W * s_w)`` (the argmax of the
     thin-grid logits), the volume whole."""
-    model.eval()
-    x = torch.from_numpy(np.ascontiguousarray(volume, dtype=np.float32))[None, None].to(device)
-    with autocast("bf16" if amp else "none", device, "--amp"):
-        out = model(x)
-    return out.float().max(1).indices[0].cpu().numpy().astype(np.uint8)
+    return _forward(model, volume, device, amp).max(1).indices[0].numpy().astype(np.uint8)
 
 
 def _write(path: Path, thin: np.ndarray, image: Any, factor: int) -> None:
