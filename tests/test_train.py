@@ -62,7 +62,8 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 
 def shrink(path: Path, cache: str) -> list[str]:
-    if path.name.startswith("mni152_sr"):  # the brain from nilearn's wheel: small patches, a tiny network
+    if path.name.startswith("mni152"):  # the brain from nilearn's wheel: small patches, a tiny network
+        tiny = ["model.channels=4", "model.num_blocks=1"] if "_sr_" in path.name else ["model.channels=[4,8]"]
         return [
             "--set",
             "train.max_steps=2",
@@ -72,11 +73,7 @@ def shrink(path: Path, cache: str) -> list[str]:
             "data.num_workers=0",
             "--set",
             "data.crop_size=[8,16,16]",
-            "--set",
-            "model.channels=4",
-            "--set",
-            "model.num_blocks=1",
-        ]
+        ] + [arg for value in tiny for arg in ("--set", value)]
     if path.name.startswith("sr_"):  # package photographs: two steps on one, evaluated on a small one
         return ["--set", "train.max_steps=2", "--set", "data.num_workers=0", "--set", "data.batch_size=2",
                 "--set", "data.patches_per_image=2", "--set", "data.package_train=[chelsea]",
@@ -134,7 +131,8 @@ def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     loaded = load_recipe(recipe)
     assert loaded.model.architecture in ("unet", "dcgan", "smp_fpn", "smp_upernet", "smp_segformer",
                                          "smp_deeplabv3plus", "espcn", "edsr", "rrdbnet", "feature_upsampler",
-                                         "linear_probe", "pggan", "through_plane_sr")  # fmt: skip
+                                         "linear_probe", "pggan", "through_plane_sr",
+                                         "through_plane_unet")  # fmt: skip
     assert loaded.data.root is None
     overrides = [value for value in shrink(recipe, cache) if value != "--set"]
     summary = train(load_recipe(recipe, overrides), tmp_path / "run", progress=False)  # in-process: no start-up
@@ -153,6 +151,9 @@ def test_every_recipe_validates_and_runs_two_steps(recipe, cache, tmp_path):
     elif loaded.task == "through_plane_sr":
         assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
         assert summary["val"]["linear_psnr"] == pytest.approx(27.10, abs=0.01)
+    elif loaded.task == "through_plane_segmentation":  # the thick-grid labels: a property of the data
+        assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
+        assert 0 <= summary["val"]["dice"] <= 1 and summary["val"]["thick_gm_dice"] == pytest.approx(0.9168, abs=1e-3)
     elif loaded.task == "feature_upsampling":
         assert (run / "best.pt").is_file() and (run / "predictions.png").is_file()
         assert -1 <= summary["val"]["cosine"] <= 1 and set(summary["val"]["per_ratio"]) == {"2", "4"}
