@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
+import zlib
 from pathlib import Path
 
 import nibabel as nib
@@ -12,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from PIL import Image
 
 from conftest import cli_streams as run
 from conftest import small_recipe
@@ -468,8 +469,14 @@ def test_files_outside_the_root_when_allowed(tmp_path):
 def test_decompression_bomb_png(tmp_path):
     from upzoo.data.io import read_image
 
-    path = tmp_path / "bomb.png"
-    Image.new("1", (30000, 30000)).save(path)  # 900 M pixels claimed by a small file
+    path = tmp_path / "bomb.png"  # a valid PNG header claiming 900 M pixels, and no pixel data
+    header = struct.pack(">IIBBBBB", 30000, 30000, 1, 0, 0, 0, 0)  # 1-bit grey, as Image.new("1") writes
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+    path.write_bytes(png)
     with pytest.raises(DataError, match="bomb.png: the image header claims more pixels than upzoo reads safely"):
         read_image(path)
 

@@ -265,3 +265,13 @@ def test_speed_measurements_feed_images_a_frozen_backbone_accepts():
     probe = build_model(spec)
     inference_call(probe, (1, 3, 64, 64), "cpu", "none")()
     assert measure_fps(probe, (1, 3, 64, 64), iters=1, warmup=0)["fps"] > 0
+
+
+def test_a_generators_speed_column_is_per_generated_image():
+    """A generator is timed from a latent vector ([1, latent_dim]): the column has no image size to name."""
+    from upzoo.bench.report import display_rows
+
+    row = {"upsampler": "transposed", "seeds": 3, "ms": 1.7, "ms_q1": 1.5, "ms_q3": 3.4, "unstable": False,
+           "peak_train_mib": 2, "params": 370723, "gflops": 0.01, "input": [1, 100]}  # fmt: skip
+    assert "ms / generated image" in display_rows([row])[1]
+    assert "ms / image (64x96)" in display_rows([row | {"input": [1, 3, 64, 96]}])[1]

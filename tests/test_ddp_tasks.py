@@ -109,9 +109,12 @@ TASKS = {  # the task, and its block with buffers and one without
 }
 
 
-def test_every_task_trains_under_two_gloo_ranks_with_and_without_buffers(tmp_path):
+DEFAULT = ("segmentation", "generator_testbed")  # the hang of a rank-0-only save: each task's rank 0 evaluates
+
+
+def _train_under_two_ranks(tmp_path, tasks: dict) -> None:
     runs = {}
-    for task, (recipe, *blocks) in TASKS.items():
+    for task, (recipe, *blocks) in tasks.items():
         for block in blocks:
             name = f"{task}-{block}"
             runs[name] = (recipe(tmp_path / f"cache-{task}", block), str(tmp_path / name))
@@ -121,3 +124,12 @@ def test_every_task_trains_under_two_gloo_ranks_with_and_without_buffers(tmp_pat
             summary = results.get(f"{name}/{rank}")
             assert summary == {"steps": 2, "world_size": 2, "ranks_in_sync": True}, (name, rank, summary)
         assert (tmp_path / name / "best.pt").is_file() or name.startswith("gan"), name  # a best was saved mid-run
+
+
+def test_segmentation_and_the_testbed_train_under_two_gloo_ranks_with_and_without_buffers(tmp_path):
+    _train_under_two_ranks(tmp_path, {task: TASKS[task] for task in DEFAULT})
+
+
+@pytest.mark.slow
+def test_every_other_task_trains_under_two_gloo_ranks_with_and_without_buffers(tmp_path):
+    _train_under_two_ranks(tmp_path, {task: spec for task, spec in TASKS.items() if task not in DEFAULT})

@@ -276,7 +276,8 @@ def test_feature_ratios_belong_to_the_feature_task(tmp_path):
     [
         (
             {"loss": "ce+dice"},
-            "train.loss is read by segmentation and through_plane_segmentation recipes only, and this is a feature_upsampling",
+            "train.loss is read by segmentation and through_plane_segmentation recipes only, "
+            "and this is a feature_upsampling",
         ),
         ({"class_weights": "balanced"}, "train.class_weights is read by segmentation recipes only"),
         ({"sample_every": 5}, "train.sample_every is read by gan recipes only"),

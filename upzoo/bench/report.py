@@ -98,8 +98,11 @@ def references(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _speed_column(row: dict[str, Any]) -> str:
-    """``ms / image (HxW)``: the input the speed was measured at (a volume: DxHxW)."""
+    """``ms / image (HxW)``: the input the speed was measured at (a volume: DxHxW; a generator's input
+    is a latent vector, so its column is per generated image)."""
     size = row.get("input")
+    if size and len(size) < 3:
+        return "ms / generated image"
     return f"ms / image ({'x'.join(map(str, size[2:]))})" if size else "ms / image"
 
 
