@@ -207,6 +207,9 @@ def test_a_super_resolution_comparison_shows_bicubic_as_its_untrained_reference(
     reference = _reference("super_resolution", [summary], keys)
     assert reference == {"label": "bicubic", "psnr_y": 32.07, "ssim_y": 0.91}
     assert _reference("segmentation", [summary], keys) is None
+    gan = {"val": {"swd": 45.1, "spectral_decay": -1.96, "spectral_decay_real": 1.43}}
+    assert _reference("gan", [gan], ("swd", "spectral_decay")) == {"label": "the held-out real images",
+                                                                   "spectral_decay": 1.43}  # fmt: skip
     row = {
         "upsampler": "pixel_shuffle",
         "seeds": 3,

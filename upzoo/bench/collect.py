@@ -162,8 +162,9 @@ def _reference(task: str, summaries: list[dict[str, Any]], keys: Sequence[str]) 
     """What every variant is measured against without training, where the task has it: bicubic
     upscaling for super-resolution (the same held-out images in every cell), linear, cubic and
     B-spline interpolation for through-plane super-resolution (a list), the best labels of the thick
-    grid for segmentation from thick slices, the untrained
-    generator for the testbed (its mean over the cells: each cell starts from its own seed)."""
+    grid for segmentation from thick slices, the held-out real images' spectral decay for a GAN (the
+    value each generator's decay is judged against), the untrained generator for the testbed (its
+    mean over the cells: each cell starts from its own seed)."""
     if task == "super_resolution" and summaries:
         val = summaries[0]["val"]
         return {"label": "bicubic", **{k: float(val[f"bicubic_{k}"]) for k in keys if f"bicubic_{k}" in val}}
@@ -175,6 +176,11 @@ def _reference(task: str, summaries: list[dict[str, Any]], keys: Sequence[str]) 
     if task == "through_plane_segmentation" and summaries:  # the same held-out block's thick-grid labels
         val = summaries[0]["val"]
         return {"label": "best thick-grid labels, nearest", **{k: float(val[f"thick_{k}"]) for k in keys}}
+    if task == "gan" and summaries and "spectral_decay_real" in summaries[0].get("val", {}):
+        return {
+            "label": "the held-out real images",
+            "spectral_decay": float(summaries[0]["val"]["spectral_decay_real"]),
+        }
     untrained = [s["untrained"] for s in summaries if isinstance(s.get("untrained"), dict)]
     if task == "generator_testbed" and untrained:
         means = {k: statistics.fmean(u[k] for u in untrained) for k in keys if all(k in u for u in untrained)}
