@@ -153,7 +153,9 @@ def spectrum_plot(real: np.ndarray, generated: dict[str, np.ndarray], path: str 
     from upzoo.metrics.spectrum import ring_frequencies
 
     frequency = 2 * ring_frequencies(real)  # 1 = Nyquist
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    columns = 1 if max(map(len, generated), default=0) > 40 else 2  # long variant labels: one per row
+    rows = -(-(len(generated) + 1) // columns)  # the legend below both panels, outside them
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8 + 0.22 * rows))
     axes[0].semilogy(frequency[1:], real[1:], color="black", linewidth=2, label="real")
     for name, spectrum in generated.items():
         axes[0].semilogy(frequency[1:], spectrum[1:], label=name)
@@ -168,12 +170,13 @@ def spectrum_plot(real: np.ndarray, generated: dict[str, np.ndarray], path: str 
         axis.axvline(0.5, color="grey", linestyle=":", linewidth=1)  # the spectral error summarises f > 0.5
         axis.axvline(1.0, color="grey", linestyle="--", linewidth=1)
         axis.set_xlabel("radial frequency (1 = Nyquist; beyond: the corners)")
-        axis.legend(fontsize=8)
     axes[0].set_title("power spectrum")
     axes[1].set_title("spectral error  S_gen / S_real − 1  (symmetric log)")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    legend = 0.22 * rows / fig.get_figheight()  # the figure's fraction the legend takes
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=columns, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, legend + 0.02, 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 

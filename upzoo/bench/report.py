@@ -129,7 +129,10 @@ def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
 
     keys = quality_keys(rows)
     names = [r["upsampler"] for r in rows]
-    fig, axes = plt.subplots(1, len(keys) + 1, figsize=(3.4 * (len(keys) + 1), 3.8))
+    key_lines = len(names) if max(map(len, names), default=0) > 28 else 0  # long labels: numbered, keyed below
+    if key_lines:
+        names = [str(i) for i in range(1, len(rows) + 1)]
+    fig, axes = plt.subplots(1, len(keys) + 1, figsize=(3.4 * (len(keys) + 1), 3.8 + 0.2 * key_lines))
     for ax, key in zip(axes, keys):
         means = [r[f"{key}_mean"] for r in rows]
         low = [m - r[f"{key}_ci_low"] if math.isfinite(r[f"{key}_ci_low"]) else 0 for m, r in zip(means, rows)]
@@ -158,7 +161,9 @@ def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
     ax.set_xticks(range(len(rows)), names, rotation=40, ha="right")
     for a in axes:
         a.legend(fontsize=7)
-    fig.tight_layout()
+    key = "\n".join(f"{i}  {r['upsampler']}" for i, r in enumerate(rows, 1)) if key_lines else ""
+    fig.text(0.01, 0.01, key, fontsize=8, va="bottom", family="monospace")
+    fig.tight_layout(rect=(0, 0.2 * key_lines / fig.get_figheight() + (0.02 if key_lines else 0), 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
