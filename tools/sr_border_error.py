@@ -17,8 +17,8 @@ import torch
 
 from upzoo.data.bicubic import imresize
 from upzoo.data.package_images import read_package_image
-from upzoo.inference import load_model
-from upzoo.inference.tiled_upscaling import upscale
+from upzoo.errors import UpzooError
+from upzoo.inference import load_model, upscale
 
 
 def side_errors(error: torch.Tensor, width: int) -> dict[str, list[float]]:
@@ -37,10 +37,20 @@ def main() -> None:
     parser.add_argument("--image", default="coffee", help="a package photograph by name [coffee]")
     parser.add_argument("--width", type=int, default=4, help="border pixels shown per side [4]")
     args = parser.parse_args()
-    loaded = load_model(args.run)
+    if args.width < 1:
+        parser.error(f"--width: border pixels per side, at least 1, got {args.width}")
+    try:
+        loaded = load_model(args.run)
+        photograph = read_package_image(args.image)
+    except UpzooError as error:  # a missing run or an unknown photograph: one line
+        parser.error(str(error))
+    if loaded.recipe.task != "super_resolution":
+        parser.error(f"{args.run} is a {loaded.recipe.task} run; pass a super-resolution run (upzoo train sr_*.yaml)")
     model, scale = loaded.model, int(loaded.spec.options["scale"])
-    source = torch.from_numpy(read_package_image(args.image)).permute(2, 0, 1).float() / 255
+    source = torch.from_numpy(photograph).permute(2, 0, 1).float() / 255
     height, width = (size // scale * scale for size in source.shape[1:])
+    if min(height, width) < 4 * args.width:
+        parser.error(f"--width {args.width} leaves no interior in a {height}x{width} photograph; use a smaller width")
     source = source[:, :height, :width]
     small = imresize(source, (height // scale, width // scale), 1 / scale).clamp(0, 1)
     outputs = {"network": upscale(model, small, scale), "bicubic": imresize(small, (height, width), scale).clamp(0, 1)}
