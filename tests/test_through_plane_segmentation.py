@@ -44,8 +44,36 @@ def test_every_unguided_3d_block_brings_the_logits_to_the_thin_grid(block):
 
 
 def test_a_guided_block_is_one_line():
-    with pytest.raises(ConfigError, match="'fade' is guided by an encoder skip, and the through-plane block has none"):
+    with pytest.raises(ConfigError, match="'fade' is guided by an encoder skip, and the through-plane block has none"
+                       ".*through_plane_upsampler: transposed"):  # fmt: skip
         build_model({"architecture": "through_plane_unet", "scale": [4, 1, 1], "num_classes": 4, "upsampler": "fade"})
+    with pytest.raises(ConfigError, match="through_plane_upsampler 'sapa' is guided by an encoder skip"):
+        build_model({"architecture": "through_plane_unet", "scale": [4, 1, 1], "num_classes": 4,
+                     "through_plane_upsampler": "sapa"})  # fmt: skip
+    with pytest.raises(ConfigError, match="through_plane_upsampler_options without a through_plane_upsampler"):
+        build_model({"architecture": "through_plane_unet", "scale": [4, 1, 1], "num_classes": 4,
+                     "through_plane_upsampler_options": {"kernel_size": 3}})  # fmt: skip
+    with pytest.raises(ConfigError, match="through_plane_upsampler_options: expected a mapping or null, got 3"):
+        build_model({"architecture": "through_plane_unet", "scale": [4, 1, 1], "num_classes": 4,
+                     "through_plane_upsampler": "transposed", "through_plane_upsampler_options": 3})  # fmt: skip
+
+
+@pytest.mark.parametrize("guided", ["fade", "sapa"])
+def test_a_guided_decoder_reads_the_encoder_skip_and_the_through_plane_block_stays_unguided(guided):
+    model = build_model({"architecture": "through_plane_unet", "scale": [4, 1, 1], "num_classes": 4,
+                         "channels": [4, 8, 16], "strides": [[1, 2, 2], [2, 2, 2]], "upsampler": guided,
+                         "through_plane_upsampler": "pixel_shuffle"}).eval()  # fmt: skip
+    assert not getattr(model.upsample, "needs_guide", False) and tuple(model.upsample.scale) == (4, 1, 1)
+    guides = []
+    for stage in model.unet.decoder:
+        assert stage.upsample.needs_guide
+        stage.upsample.register_forward_hook(lambda m, args, out: guides.append((args[1].shape, out.shape)))
+    x = torch.rand(1, 1, 4, 12, 12)
+    out = model(x)
+    assert out.shape == (1, 4, 16, 12, 12) == model.output_shape(tuple(x.shape))
+    # each decoder stage is guided by the encoder skip at its output size: (4, 6, 6) then (4, 12, 12)
+    assert [(g[2:], o[2:]) for g, o in guides] == [((4, 6, 6), (4, 6, 6)), ((4, 12, 12), (4, 12, 12))]
+    assert guides[-1][0][1] == 4  # the first encoder stage's channels
 
 
 def test_patches_cut_the_thick_input_and_the_thin_labels_from_one_place(volume):
@@ -155,3 +183,17 @@ def test_the_export_computes_what_the_model_does(tmp_path):
     ours = load_model(run).model(torch.from_numpy(x)).detach().numpy()
     theirs = session.run(None, {session.get_inputs()[0].name: x})[0]
     assert theirs.shape == (1, 4, 20, 21, 17) and np.abs(theirs - ours).max() < 1e-4
+
+
+def test_a_comparison_variant_guides_the_decoder_and_keeps_the_through_plane_block():
+    from upzoo.bench.plan import check_variants, variant_recipe
+    from upzoo.bench.variants import parse_variants
+
+    recipe = load_recipe(RECIPE)
+    base, guided = parse_variants("transposed,sapa:through_plane_upsampler=transposed")
+    model = variant_recipe(recipe, guided, 2).model.to_dict()
+    assert model["upsampler"] == "sapa" and model["through_plane_upsampler"] == "transposed"
+    assert "upsampler_options" not in model  # the block's own options only
+    assert "through_plane_upsampler" not in variant_recipe(recipe, base, 2).model.to_dict()
+    with pytest.raises(ConfigError, match="variant 'fade'.*through_plane_upsampler: transposed"):
+        check_variants(recipe, parse_variants("fade"))

@@ -138,8 +138,9 @@ def check_model_builds(spec: ModelSpec) -> None:
 
     from upzoo.models.factory import build_model
 
-    if spec.options.get("strides") == "auto":  # planned from the data later; checked then
-        return
+    if spec.options.get("strides") == "auto":  # planned from the data later: built here with isotropic
+        dims = spec.options.get("spatial_dims", 3)  # strides, so that a bad block or option is refused now
+        spec = spec.resolve_auto_strides((1.0,) * dims, (256,) * dims)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # warnings come again when the real model is built
         try:

@@ -93,11 +93,12 @@ def check_variants(recipe: Any, variants: Sequence[Variant]) -> None:
 
 
 #: variant options that are model keys, not the block's: ``transposed:post_filter=masked_blur``,
-#: ``transposed:last_upsampler=interp_conv`` (a generator's last stage alone), and a linear probe's
-#: ``jafar:upsampler_run=runs/featup-jafar`` or ``carafe:train_upsampler=true``
+#: ``transposed:last_upsampler=interp_conv`` (a generator's last stage alone),
+#: ``fade:through_plane_upsampler=transposed`` (a through-plane U-Net's decoder guided, its through-plane
+#: block not), and a linear probe's ``jafar:upsampler_run=runs/featup-jafar`` or ``carafe:train_upsampler=true``
 MODEL_KEYS = (
-    "post_filter", "post_filter_options", "last_upsampler", "last_upsampler_options", "upsampler_run",
-    "train_upsampler",
+    "post_filter", "post_filter_options", "last_upsampler", "last_upsampler_options", "through_plane_upsampler",
+    "through_plane_upsampler_options", "upsampler_run", "train_upsampler",
 )  # fmt: skip
 
 

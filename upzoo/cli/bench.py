@@ -157,9 +157,10 @@ def bench_compare_command(recipe, upsamplers, seeds, baseline, overrides, out_di
     `upzoo train ... --continue` line per cell), launched here, on local workers or as a Slurm array,
     then collected (as `upzoo bench collect` does): compare.png, compare.csv/md/json in --out. Run the
     same command again to continue an interrupted comparison. A variant's post_filter,
-    post_filter_options, (generators) last_upsampler and (linear probes) upsampler_run and
-    train_upsampler go to the model (transposed:post_filter=masked_blur,
-    transposed:last_upsampler=interp_conv, jafar:upsampler_run=runs/featup-jafar); a recipe's own
+    post_filter_options, (generators) last_upsampler, (through_plane_unet) through_plane_upsampler
+    and (linear probes) upsampler_run and train_upsampler go to the model
+    (transposed:post_filter=masked_blur, transposed:last_upsampler=interp_conv,
+    fade:through_plane_upsampler=transposed, jafar:upsampler_run=runs/featup-jafar); a recipe's own
     upsampler_options carry over only to variants of the same upsampler."""
     from pathlib import Path
 

@@ -7,7 +7,9 @@ the thick spacing with ``strides: auto``, in-plane stages first) ends in its las
 instead of its 1x1 head; the block brings them to the thin grid, two conv-norm-act layers refine
 them there and a 1x1 conv gives the class logits. The upsampler named in the recipe is every
 upsampling of the network, the U-Net's decoder stages and the through-plane block, so a comparison
-of blocks swaps them all (a guided block is refused: the thin grid has no encoder skip to guide it).
+of blocks swaps them all. ``through_plane_upsampler`` (with its own options) sets the through-plane
+block alone: a guided block (``fade``, ``sapa``) then upsamples the decoder stages with the encoder
+skip as its guide, while the through-plane block, which has no skip on the thin grid, stays unguided.
 """
 
 from __future__ import annotations
@@ -45,24 +47,16 @@ class ThroughPlaneUNet(nn.Module):
         self, *, scale: Sequence[int], num_classes: int, in_channels: int = 1,
         channels: Sequence[int] = (16, 32, 64, 128), strides: Sequence[Sequence[int]] | None = None,
         upsampler: str = "transposed", upsampler_options: dict[str, Any] | None = None,
+        through_plane_upsampler: str | None = None, through_plane_upsampler_options: dict[str, Any] | None = None,
         norm: str = "instance", act: str = "relu",
     ) -> None:  # fmt: skip
         super().__init__()
         self.scale = volume_scale(scale, "ThroughPlaneUNet")
         self.num_classes = check_positive_int(num_classes, "ThroughPlaneUNet num_classes")
-        if upsampler_options is not None and not isinstance(upsampler_options, Mapping):
-            raise ConfigError(
-                f"ThroughPlaneUNet upsampler_options: one mapping for every upsampling of the network, got "
-                f"{upsampler_options!r}"
-            )
-        options = block_options(upsampler_options, "ThroughPlaneUNet")
-        if not isinstance(upsampler, str):
-            raise ConfigError(f"ThroughPlaneUNet upsampler: one block name for every upsampling, got {upsampler!r}")
-        if UPSAMPLERS.info(upsampler).needs_guide:
-            raise ConfigError(
-                f"ThroughPlaneUNet upsampler {upsampler!r} is guided by an encoder skip, and the through-plane block "
-                f"has none on the thin grid (the input is the thick slices); use an unguided block, e.g. transposed"
-            )
+        options = _options(upsampler, upsampler_options, "upsampler")
+        block, block_opts = _through_plane_block(
+            upsampler, options, through_plane_upsampler, through_plane_upsampler_options
+        )
         if isinstance(channels, Sequence) and not isinstance(channels, (str, bytes)) and channels:
             width = channels[0]  # the U-Net's last decoder stage mirrors its first encoder stage
         else:
@@ -71,7 +65,7 @@ class ThroughPlaneUNet(nn.Module):
                          upsampler=upsampler, upsampler_options=options, norm=norm, act=act)  # fmt: skip
         self.unet.head = nn.Identity()  # its last decoder features (``width`` channels) go on
         self.in_channels = in_channels
-        self.upsample = stage_block(upsampler, options, where="ThroughPlaneUNet through-plane block", in_channels=width,
+        self.upsample = stage_block(block, block_opts, where="ThroughPlaneUNet through-plane block", in_channels=width,
                                     out_channels=width, scale=self.scale, spatial_dims=3)  # fmt: skip
         self.refine = DoubleConv(3, width, width, norm=norm, act=act)
         self.head = nn.Conv3d(width, self.num_classes, kernel_size=1)
@@ -87,3 +81,40 @@ class ThroughPlaneUNet(nn.Module):
             input_shape, spatial_dims=3, channels=self.in_channels, owner="ThroughPlaneUNet"
         )
         return (b, self.num_classes, *(n * s for n, s in zip(sizes, self.scale)))
+
+
+def _options(name: Any, options: Any, key: str) -> dict[str, Any]:
+    """The checked block name and options of ``key`` (``upsampler`` or ``through_plane_upsampler``)."""
+    if not isinstance(name, str):
+        raise ConfigError(f"ThroughPlaneUNet {key}: one block name, got {name!r}")
+    if options is not None and not isinstance(options, Mapping):
+        raise ConfigError(f"ThroughPlaneUNet {key}_options: one mapping of the block's options, got {options!r}")
+    return block_options(options, "ThroughPlaneUNet")
+
+
+def _through_plane_block(
+    upsampler: str, options: dict[str, Any], name: str | None, block_opts: dict[str, Any] | None
+) -> tuple[str, dict[str, Any]]:
+    """The through-plane block and its options: ``through_plane_upsampler`` where given, else the
+    network's ``upsampler``; a guided one is refused (the thin grid has no encoder skip)."""
+    if name is None:
+        if block_opts is not None:
+            raise ConfigError(
+                "ThroughPlaneUNet through_plane_upsampler_options without a through_plane_upsampler; name the "
+                "through-plane block (through_plane_upsampler), or set every block's options with upsampler_options"
+            )
+        name, checked, key = upsampler, options, "upsampler"
+    else:
+        checked, key = _options(name, block_opts, "through_plane_upsampler"), "through_plane_upsampler"
+    if UPSAMPLERS.info(name).needs_guide:
+        fix = (
+            f"keep {upsampler!r} for the decoder stages and set an unguided through-plane block, e.g. "
+            f"through_plane_upsampler: transposed"
+            if key == "upsampler"
+            else "use an unguided block, e.g. transposed"
+        )
+        raise ConfigError(
+            f"ThroughPlaneUNet {key} {name!r} is guided by an encoder skip, and the through-plane block has none "
+            f"on the thin grid (the input is the thick slices); {fix}"
+        )
+    return name, checked
