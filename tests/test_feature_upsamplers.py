@@ -334,9 +334,12 @@ def test_image_guided_blocks_refuse_what_would_come_back_wrong(name):
         ((x.double(), guide), r"the features are torch.float64 and the guide torch.float32; give both one dtype"),
         ((x, guide.half()), r"the features are torch.float32 and the guide torch.float16"),
         (((x * 10).long(), guide), r"the features must be floats, got torch.int64; convert with .float\(\)"),
+        ((x, guide * 255), r"the guide reaches \|2\d\d\.?\d*\|, beyond any normalised image .* divide 0-255 pixels by 255"),
     ]
     for (features, image), message in cases:
         with pytest.raises(ConfigError, match=message):
             block(features, image)
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast mixes dtypes on purpose
         assert block(x.bfloat16(), guide).shape == (1, 8, 8, 8)
+    imagenet = (guide - 0.485) / 0.229  # a normalised image passes: [-2.1, 2.2]
+    assert block(x, imagenet).shape == block(x, guide * 2 - 1).shape == (1, 8, 8, 8)

@@ -36,13 +36,20 @@ def pixel_centres(start: int | torch.SymInt, stop: int | torch.SymInt, total: in
     return (torch.arange(start, stop, device=like.device, dtype=dtype) + 0.5) / total
 
 
+#: The largest |value| a guide may hold: an image in [0, 1], in [-1, 1] or normalised by any backbone's
+#: mean and std stays far below it; 0-255 pixels do not.
+GUIDE_LIMIT = 20.0
+
+
 def check_feature_inputs(x: torch.Tensor, guide: torch.Tensor, owner: str) -> None:
-    """Features and guide as the blocks compute with them: floats, finite, and one dtype outside
-    autocast (a float16 guide beside float32 features would otherwise come back float32, silently).
+    """Features and guide as the blocks compute with them: floats, finite, a guide within
+    :data:`GUIDE_LIMIT` (not 0-255 pixels), and one dtype outside autocast (a float16 guide beside
+    float32 features would otherwise come back float32, silently).
     Skipped while compiling or exporting, whose graphs carry no value checks, and on the meta device.
 
     Raises:
-        ConfigError: integer tensors, NaN or inf, or two dtypes outside autocast, naming the fix.
+        ConfigError: integer tensors, NaN or inf, a 0-255 guide, or two dtypes outside autocast, naming
+            the fix.
     """
     if torch.compiler.is_compiling() or torch.jit.is_tracing() or x.is_meta or guide.is_meta:
         return  # meta tensors (memory estimates) hold no values
@@ -50,6 +57,12 @@ def check_feature_inputs(x: torch.Tensor, guide: torch.Tensor, owner: str) -> No
         if not value.is_floating_point():
             raise ConfigError(f"{owner}: the {name} must be floats, got {value.dtype}; convert with .float()")
         check_finite(value, f"{owner}: the {name}")
+    peak = float(guide.detach().abs().amax()) if guide.numel() else 0.0
+    if peak > GUIDE_LIMIT:
+        raise ConfigError(
+            f"{owner}: the guide reaches |{peak:.4g}|, beyond any normalised image (|values| <= {GUIDE_LIMIT:g}); "
+            f"the guide is the image as the backbone sees it: divide 0-255 pixels by 255, then normalise as the backbone"
+        )
     if x.dtype != guide.dtype and not torch.is_autocast_enabled(x.device.type):
         raise ConfigError(
             f"{owner}: the features are {x.dtype} and the guide {guide.dtype}; give both one dtype "
