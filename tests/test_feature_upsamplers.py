@@ -334,7 +334,7 @@ def test_image_guided_blocks_refuse_what_would_come_back_wrong(name):
         ((x.double(), guide), r"the features are torch.float64 and the guide torch.float32; give both one dtype"),
         ((x, guide.half()), r"the features are torch.float32 and the guide torch.float16"),
         (((x * 10).long(), guide), r"the features must be floats, got torch.int64; convert with .float\(\)"),
-        ((x, guide * 255), r"the guide reaches \|2\d\d\.?\d*\|, beyond any normalised image .* divide 0-255 pixels by 255"),
+        ((x, guide * 255), r"the guide reaches \|2\d\d.*, beyond any normalised image .* divide 0-255 pixels by 255"),
     ]
     for (features, image), message in cases:
         with pytest.raises(ConfigError, match=message):

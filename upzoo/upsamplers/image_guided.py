@@ -61,7 +61,7 @@ def check_feature_inputs(x: torch.Tensor, guide: torch.Tensor, owner: str) -> No
     if peak > GUIDE_LIMIT:
         raise ConfigError(
             f"{owner}: the guide reaches |{peak:.4g}|, beyond any normalised image (|values| <= {GUIDE_LIMIT:g}); "
-            f"the guide is the image as the backbone sees it: divide 0-255 pixels by 255, then normalise as the backbone"
+            f"the guide is the image as the backbone sees it: divide 0-255 pixels by 255, then normalise as it does"
         )
     if x.dtype != guide.dtype and not torch.is_autocast_enabled(x.device.type):
         raise ConfigError(
