@@ -260,30 +260,48 @@ def test_the_machine_record_names_what_a_figure_depends_on(monkeypatch):
 def test_a_comparison_over_several_kinds_of_machine_says_so():
     from upzoo.bench.collect import cells_machines, machine_note
 
-    epyc = {"cpu": "AMD EPYC", "cpu_capability": "avx512"}
-    xeon = {"cpu": "Intel Xeon", "cpu_capability": "avx512"}
+    epyc = {"cpu": "AMD EPYC", "cpu_capability": "avx512", "threads": 2}
+    xeon = {"cpu": "Intel Xeon", "cpu_capability": "avx512", "threads": 2}
     a = cells_machines([{"machine": epyc, "seconds": 10.0, "deterministic": True}] * 2)
     b = cells_machines([{"machine": xeon, "seconds": 4.0, "deterministic": True},
                         {"machine": epyc, "seconds": 8.0, "deterministic": False}])  # fmt: skip
-    assert a == {"machines": ["AMD EPYC [avx512]"], "deterministic": True,
+    assert a == {"machines": ["AMD EPYC [avx512]"], "threads": [2], "deterministic": True,
                  "train_seconds_by_machine": {"AMD EPYC [avx512]": 10.0}}  # fmt: skip
     assert b["deterministic"] == "mixed"
     assert b["train_seconds_by_machine"] == {"AMD EPYC [avx512]": 8.0, "Intel Xeon [avx512]": 4.0}
     note = machine_note([{"variant": "a", **a}, {"variant": "b", **b}])
-    assert "2 kinds of machine (AMD EPYC [avx512]; Intel Xeon [avx512])" in note
+    assert "2 kinds of machine (AMD EPYC [avx512]; Intel Xeon [avx512])" in note and "threads" not in note
     assert machine_note([{"variant": "a", **a}]) == ""
+
+
+def test_a_comparison_whose_cells_trained_with_other_thread_counts_says_so():
+    """One seed of the quick DCGAN recipe gives losses that differ at step 10 with 1 and 2 threads
+    (1e-4) and generators whose FD differs after 2,500 steps: the collected table says so."""
+    from upzoo.bench.collect import cells_machines, machine_note
+
+    epyc = {"cpu": "AMD EPYC", "cpu_capability": "avx512"}
+    one = cells_machines([{"machine": {**epyc, "threads": 1}, "seconds": 10.0}] * 2)
+    mixed = cells_machines([{"machine": {**epyc, "threads": 2}, "seconds": 8.0},
+                            {"machine": {**epyc, "threads": 1}, "seconds": 9.0}, {"machine": epyc, "seconds": 7.0}])  # fmt: skip
+    assert one["threads"] == [1] and mixed["threads"] == [1, 2]
+    assert machine_note([{"variant": "a", **one}]) == ""
+    note = machine_note([{"variant": "a", **one}, {"variant": "b", **mixed}])
+    assert note.startswith("the cells trained with 1 and 2 CPU threads: a seed repeats") and "kinds" not in note
 
 
 def test_the_comparison_table_says_where_its_numbers_came_from():
     from upzoo.bench.report import machine_lines
 
     rows = [
-        {"train_seconds_by_machine": {"AMD EPYC [avx512]": 100.0}, "deterministic": True, "speed_machine": "Xeon"},
-        {"train_seconds_by_machine": {"AMD EPYC [avx512]": 50.0, "Intel Xeon [avx2]": 30.0}, "deterministic": False},
+        {"train_seconds_by_machine": {"AMD EPYC [avx512]": 100.0}, "deterministic": True, "speed_machine": "Xeon",
+         "threads": [2]},  # fmt: skip
+        {"train_seconds_by_machine": {"AMD EPYC [avx512]": 50.0, "Intel Xeon [avx2]": 30.0}, "deterministic": False,
+         "threads": [1, 2]},  # fmt: skip
     ]
     assert machine_lines(rows).splitlines() == [
         "- trained on: AMD EPYC [avx512] (mean 75 s per cell)",
         "- trained on: Intel Xeon [avx2] (mean 30 s per cell)",
+        "- CPU threads per cell: 1, 2",
         "- deterministic cells: False, True",
         "- speed and memory measured on: Xeon",
     ]

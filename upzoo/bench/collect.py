@@ -189,31 +189,43 @@ def _reference(task: str, summaries: list[dict[str, Any]], keys: Sequence[str]) 
 
 
 def cells_machines(summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Where a variant's finished cells ran: ``machines`` (the kinds, sorted), ``deterministic``
-    (``True``, ``False`` or ``"mixed"``; ``None`` for runs that predate the record) and
-    ``train_seconds_by_machine`` (mean training time per kind: times of two kinds are never averaged)."""
+    """Where a variant's finished cells ran: ``machines`` (the kinds, sorted), ``threads`` (the CPU
+    thread counts they trained with, sorted; a seed repeats a cell only with the same count, which
+    sets the order of every reduction), ``deterministic`` (``True``, ``False`` or ``"mixed"``;
+    ``None`` for runs that predate the record) and ``train_seconds_by_machine`` (mean training time
+    per kind: times of two kinds are never averaged)."""
     from upzoo.machine import machine_kind
 
     seconds: dict[str, list[float]] = {}
     for summary in summaries:
         seconds.setdefault(machine_kind(summary.get("machine")), []).append(float(summary.get("seconds", math.nan)))
     flags = {summary.get("deterministic") for summary in summaries}
+    threads = {(summary.get("machine") or {}).get("threads") for summary in summaries}
     return {
         "machines": sorted(seconds),
+        "threads": sorted(t for t in threads if t is not None),
         "deterministic": flags.pop() if len(flags) == 1 else "mixed",
         "train_seconds_by_machine": {kind: statistics.fmean(values) for kind, values in sorted(seconds.items())},
     }
 
 
 def machine_note(rows: list[dict[str, Any]]) -> str:
-    """A line for a table whose cells ran on more than one kind of machine ('' when one kind)."""
+    """A line for a table whose cells ran on more than one kind of machine or trained with more than
+    one CPU thread count ('' when neither)."""
     kinds = sorted({kind for row in rows for kind in row.get("machines", [])})
-    if len(kinds) <= 1:
-        return ""
-    return (
-        f"the cells ran on {len(kinds)} kinds of machine ({'; '.join(kinds)}): their training times are kept "
-        "apart (train_seconds_by_machine); the speed columns were measured here, interleaved"
-    )
+    threads = sorted({count for row in rows for count in row.get("threads", [])})
+    lines = []
+    if len(kinds) > 1:
+        lines.append(
+            f"the cells ran on {len(kinds)} kinds of machine ({'; '.join(kinds)}): their training times are kept "
+            "apart (train_seconds_by_machine); the speed columns were measured here, interleaved"
+        )
+    if len(threads) > 1:
+        lines.append(
+            f"the cells trained with {' and '.join(map(str, threads))} CPU threads: a seed repeats a cell's "
+            "numbers only with the thread count it trained with (the threads set the order of the sums)"
+        )
+    return "; ".join(lines)
 
 
 def _mean_spectrum(spectra: list) -> list[float] | None:

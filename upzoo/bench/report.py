@@ -170,7 +170,8 @@ def evidence_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
 
 def machine_lines(rows: list[dict[str, Any]]) -> str:
     """Where the table's numbers came from: the kinds of machine the cells trained on (with their
-    mean training time, per kind), whether they were deterministic, and where speed was measured."""
+    mean training time, per kind), the CPU threads they trained with, whether they were
+    deterministic, and where speed was measured."""
     trained = {}
     for row in rows:
         for kind, seconds in row.get("train_seconds_by_machine", {}).items():
@@ -178,6 +179,8 @@ def machine_lines(rows: list[dict[str, Any]]) -> str:
     lines = [
         f"- trained on: {kind} (mean {sum(v) / len(v):.0f} s per cell)" for kind, v in sorted(trained.items())
     ] or ["- trained on: not recorded"]
+    threads = sorted({count for row in rows for count in row.get("threads", [])})
+    lines.append(f"- CPU threads per cell: {', '.join(map(str, threads)) or 'not recorded'}")
     flags = sorted({str(row.get("deterministic")) for row in rows})
     lines.append(f"- deterministic cells: {', '.join(flags)}")
     speed = sorted({row["speed_machine"] for row in rows if row.get("speed_machine")})
