@@ -282,7 +282,8 @@ def test_a_comparison_whose_cells_trained_with_other_thread_counts_says_so():
     epyc = {"cpu": "AMD EPYC", "cpu_capability": "avx512"}
     one = cells_machines([{"machine": {**epyc, "threads": 1}, "seconds": 10.0}] * 2)
     mixed = cells_machines([{"machine": {**epyc, "threads": 2}, "seconds": 8.0},
-                            {"machine": {**epyc, "threads": 1}, "seconds": 9.0}, {"machine": epyc, "seconds": 7.0}])  # fmt: skip
+                            {"machine": {**epyc, "threads": 1}, "seconds": 9.0},
+                            {"machine": epyc, "seconds": 7.0}])  # fmt: skip
     assert one["threads"] == [1] and mixed["threads"] == [1, 2]
     assert machine_note([{"variant": "a", **one}]) == ""
     note = machine_note([{"variant": "a", **one}, {"variant": "b", **mixed}])
