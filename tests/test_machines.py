@@ -294,10 +294,17 @@ def test_the_comparison_table_says_where_its_numbers_came_from():
     from upzoo.bench.report import machine_lines
 
     rows = [
-        {"train_seconds_by_machine": {"AMD EPYC [avx512]": 100.0}, "deterministic": True, "speed_machine": "Xeon",
-         "threads": [2]},  # fmt: skip
-        {"train_seconds_by_machine": {"AMD EPYC [avx512]": 50.0, "Intel Xeon [avx2]": 30.0}, "deterministic": False,
-         "threads": [1, 2]},  # fmt: skip
+        {
+            "train_seconds_by_machine": {"AMD EPYC [avx512]": 100.0},
+            "deterministic": True,
+            "speed_machine": "Xeon",
+            "threads": [2],
+        },
+        {
+            "train_seconds_by_machine": {"AMD EPYC [avx512]": 50.0, "Intel Xeon [avx2]": 30.0},
+            "deterministic": False,
+            "threads": [1, 2],
+        },
     ]
     assert machine_lines(rows).splitlines() == [
         "- trained on: AMD EPYC [avx512] (mean 75 s per cell)",
