@@ -21,7 +21,15 @@ from upzoo.bench.stats import paired_difference, seed_interval
 from upzoo.runs.identity import first_difference, is_finished
 from upzoo.yaml_files import read_yaml_file
 
-__all__ = ["collect_comparison", "cell_outcome", "quality_of", "cells_machines", "machine_note", "THIN_CLASSES"]
+__all__ = [
+    "collect_comparison",
+    "cell_outcome",
+    "quality_of",
+    "cells_machines",
+    "thread_counts",
+    "machine_note",
+    "THIN_CLASSES",
+]
 
 QUALITY_2D = ("miou", "boundary_iou", "boundary_fscore", "thin_iou")
 QUALITY_3D = ("mean_dice", "hd95", "surface_dice", "miou")
@@ -209,11 +217,16 @@ def cells_machines(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def thread_counts(rows: list[dict[str, Any]]) -> list[int]:
+    """The CPU thread counts the cells of ``rows`` trained with, sorted (from ``cells_machines``)."""
+    return sorted({count for row in rows for count in row.get("threads", [])})
+
+
 def machine_note(rows: list[dict[str, Any]]) -> str:
     """A line for a table whose cells ran on more than one kind of machine or trained with more than
     one CPU thread count ('' when neither)."""
     kinds = sorted({kind for row in rows for kind in row.get("machines", [])})
-    threads = sorted({count for row in rows for count in row.get("threads", [])})
+    threads = thread_counts(rows)
     lines = []
     if len(kinds) > 1:
         lines.append(

@@ -179,8 +179,10 @@ def machine_lines(rows: list[dict[str, Any]]) -> str:
     lines = [
         f"- trained on: {kind} (mean {sum(v) / len(v):.0f} s per cell)" for kind, v in sorted(trained.items())
     ] or ["- trained on: not recorded"]
-    threads = sorted({count for row in rows for count in row.get("threads", [])})
-    lines.append(f"- CPU threads per cell: {', '.join(map(str, threads)) or 'not recorded'}")
+    from upzoo.bench.collect import thread_counts
+
+    threads = ", ".join(map(str, thread_counts(rows)))
+    lines.append(f"- CPU threads per cell: {threads or 'not recorded'}")
     flags = sorted({str(row.get("deterministic")) for row in rows})
     lines.append(f"- deterministic cells: {', '.join(flags)}")
     speed = sorted({row["speed_machine"] for row in rows if row.get("speed_machine")})
