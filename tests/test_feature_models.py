@@ -147,7 +147,7 @@ def test_feature_evaluation_runs_the_model_under_the_recipes_precision():
 
     model = FeatureUpsampler(backbone=VIT, weights="random", upsampler="jafar", upsampler_options={"qk_dim": 16})
     seen, objective = [], model.objective
-    model.objective = lambda images, ratio: seen.append(torch.is_autocast_enabled("cpu")) or objective(images, ratio)
+    model.objective = lambda images, ratio, **kw: seen.append(torch.is_autocast_enabled("cpu")) or objective(images, ratio)
     results = []
     for amp in ("bf16", "none"):
         precision = functools.partial(autocast, amp, torch.device("cpu"))
@@ -167,6 +167,22 @@ def test_the_objective_pairs_downscaled_features_with_the_full_images():
     with pytest.raises(ConfigError, match="'carafe' runs at its one scale \\(x16\\); the objective trains a block"):
         fixed(images, ratio=2)
     assert float(feature_loss(-target, target)) > 2.0
+
+
+def test_the_objective_guided_by_the_full_image_lifts_to_pixels_then_pools():
+    torch.manual_seed(0)
+    model = FeatureUpsampler(backbone=VIT, weights="random", upsampler="jbu", upsampler_options={"radius": 1})
+    images = torch.rand(1, 3, 64, 64)
+    with torch.no_grad():
+        prediction, target, low = model(images, ratio=2, guide="image")
+        lifted = model.upsampler.resample(low, images, 32)
+        torch.testing.assert_close(prediction, torch.nn.functional.avg_pool2d(lifted, 16))
+        pooled, _, _ = model(images, ratio=2)
+        torch.testing.assert_close(pooled, model.upsampler.resample(low, torch.nn.functional.avg_pool2d(images, 16), 2))
+    assert prediction.shape == target.shape == pooled.shape == (1, 192, 4, 4)
+    assert not torch.allclose(prediction, pooled)
+    with pytest.raises(ConfigError, match="the objective's guide must be one of pooled, image, got 'full'"):
+        model(images, ratio=2, guide="full")
 
 
 def test_probe_refuses_an_untrained_learned_block():

@@ -194,5 +194,6 @@ def evaluate_feature_upsampler(recipe: Recipe, checkpoint: str | Path) -> dict[s
     prepared = prepare(replace(recipe, model=loaded.spec))
     ratios = tuple(recipe.train.feature_ratios or DEFAULT_RATIOS)
     precision = functools.partial(autocast, recipe.train.amp, device)  # as training evaluated it
-    metrics = evaluate_feature_upsampling(loaded.model, prepared.data.val, ratios, device, precision)
+    guide = recipe.train.feature_guide
+    metrics = evaluate_feature_upsampling(loaded.model, prepared.data.val, ratios, device, precision, guide)
     return {**metrics, "checkpoint": str(checkpoint), "step": loaded.step}

@@ -169,6 +169,7 @@ _TASK_KEYS = {
     "perceptual_weight": ("super_resolution",),
     "feature_ratios": ("feature_upsampling",),
     "consistency_weight": ("feature_upsampling",),
+    "feature_guide": ("feature_upsampling",),
 }
 
 

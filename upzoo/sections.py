@@ -194,7 +194,10 @@ class TrainConfig(_Section):
     stand-in for SRGAN/ESRGAN's VGG loss, whose weights cannot be had offline; 0: none);
     the feature-upsampling objective (``feature_upsampler`` models) trains at ``feature_ratios``
     (each step one of them, in turn; ``null``: 2 and 4) and adds ``consistency_weight`` times JAFAR's
-    blur/noise consistency term (0: none, upzoo's default; the authors use 0.1).
+    blur/noise consistency term (0: none, upzoo's default; the authors use 0.1); ``feature_guide``
+    says how the objective guides the block: ``pooled`` (x ratio to the feature grid, the image
+    pooled to it) or ``image`` (x ratio x stride to the pixels, the full image as the guide, as in use,
+    then pooled to the feature grid).
     """
 
     epochs: PositiveInt = 10
@@ -225,6 +228,7 @@ class TrainConfig(_Section):
         Annotated[tuple[Annotated[int, Field(strict=True, ge=2, le=16)], ...], Field(min_length=1)] | None
     ) = None
     consistency_weight: _float(ge=0) = 0.0
+    feature_guide: Literal["pooled", "image"] = "pooled"
     sample_every: PositiveInt | None = None
     loggers: tuple[Literal["csv", "tensorboard"], ...] = ("csv",)
 

@@ -88,8 +88,10 @@ def thick_affine(affine: np.ndarray, factor: int, *, axis: int = 0) -> np.ndarra
     first one centred at the mean of the thin slices it averages.
 
     Raises:
-        ConfigError: an affine that is not 4x4 and axis-aligned (the slab model needs slices along a voxel axis).
+        ConfigError: an affine that is not 4x4 and axis-aligned (the slab model needs slices along a voxel
+            axis), a factor that is not a whole number >= 1.
     """
+    _check_factor(factor, "thick_affine")
     affine = np.asarray(affine, dtype=np.float64)
     if affine.shape != (4, 4) or np.count_nonzero(np.abs(affine[:3, :3]) > 1e-6 * np.abs(affine[:3, :3]).max()) != 3:
         raise ConfigError(
@@ -102,6 +104,11 @@ def thick_affine(affine: np.ndarray, factor: int, *, axis: int = 0) -> np.ndarra
     return out
 
 
+def _check_factor(factor: object, owner: str) -> None:
+    if isinstance(factor, bool) or not isinstance(factor, (int, np.integer)) or factor < 1:
+        raise ConfigError(f"{owner}: factor must be a whole number of thin slices per slab >= 1, got {factor!r}")
+
+
 def thin_affine(affine: np.ndarray, factor: int, *, axis: int = 0) -> np.ndarray:
     """The affine of the thin grid that :func:`thick_affine` made ``affine`` from (its inverse):
     voxels ``factor`` times shorter along ``axis``, the first thin slice at the bottom of the first slab.
@@ -109,7 +116,8 @@ def thin_affine(affine: np.ndarray, factor: int, *, axis: int = 0) -> np.ndarray
     Raises:
         ConfigError: as :func:`thick_affine`.
     """
-    thick_affine(affine, 1, axis=axis)  # the same checks
+    _check_factor(factor, "thin_affine")
+    thick_affine(affine, 1, axis=axis)  # the same checks of the affine
     affine = np.asarray(affine, dtype=np.float64)
     out = affine.copy()
     out[:3, axis] = affine[:3, axis] / factor

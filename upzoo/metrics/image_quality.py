@@ -42,8 +42,11 @@ def _prepared(output: torch.Tensor, target: torch.Tensor, crop_border: int, y_ch
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
             shown = f"{value.dtype} tensor" if isinstance(value, torch.Tensor) else type(value).__name__
             raise ConfigError(f"image quality: {name} must be float images (B, C, H, W) in [0, 1], got a {shown}")
-        if value.ndim != 4:
-            raise ShapeError(f"image quality: {name} must be images (B, C, H, W), got shape {tuple(value.shape)}")
+        if value.ndim != 4 or 0 in value.shape:
+            raise ShapeError(
+                f"image quality: {name} must be a non-empty batch of images (B, C, H, W), "
+                f"got shape {tuple(value.shape)}"
+            )
         check_finite(value, f"image quality {name}")
         low, high = float(value.min()), float(value.max())
         if low < 0 or high > 1:

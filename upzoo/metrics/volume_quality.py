@@ -35,6 +35,13 @@ def _checked(output: np.ndarray, target: np.ndarray, mask: np.ndarray | None, da
         raise ConfigError("volumes must be finite: NaN or inf voxels have no PSNR/SSIM; check the prediction")
     if not (isinstance(data_range, (int, float)) and not isinstance(data_range, bool) and data_range > 0):
         raise ConfigError(f"data_range must be the positive span of the intensities (1 for [0, 1]), got {data_range!r}")
+    span = float(target.max() - target.min())
+    if span > data_range * (1 + 1e-6):
+        raise ConfigError(
+            f"data_range is {data_range:g} but the target's intensities span {span:.6g}: give the intensities' "
+            f"scale as data_range (e.g. data_range={math.ceil(span):d} for 0-{math.ceil(span):d} volumes), "
+            f"or rescale them"
+        )
     return output, target, mask
 
 
@@ -47,7 +54,8 @@ def masked_psnr(
     20.0
 
     Raises:
-        ShapeError: volumes of other shapes, or an empty mask. ConfigError: NaN/inf voxels, a bad ``data_range``.
+        ShapeError: volumes of other shapes, or an empty mask. ConfigError: NaN/inf voxels, a bad ``data_range``
+            (also one smaller than the target's span: 0-255 volumes measured with ``data_range=1``).
     """
     output, target, mask = _checked(output, target, mask, data_range)
     mse = float(np.mean((output[mask] - target[mask]) ** 2))

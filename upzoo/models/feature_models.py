@@ -18,7 +18,10 @@ from upzoo.models.backbones import FrozenBackbone, build_backbone, read_run
 from upzoo.registry import UPSAMPLERS, create_upsampler
 from upzoo.upsamplers.guides import upsample
 
-__all__ = ["FeatureUpsampler", "LinearProbe"]
+__all__ = ["FeatureUpsampler", "LinearProbe", "FEATURE_GUIDES"]
+
+#: How the objective guides the block (:meth:`FeatureUpsampler.objective`).
+FEATURE_GUIDES = ("pooled", "image")
 
 
 class FeatureUpsampler(nn.Module):
@@ -71,15 +74,50 @@ class FeatureUpsampler(nn.Module):
         """Image sides must be multiples of the backbone's stride."""
         return (self.backbone.stride, self.backbone.stride)
 
-    def forward(self, image: torch.Tensor, ratio: int | None = None, *, consistency: bool = False) -> Any:
+    def forward(
+        self, image: torch.Tensor, ratio: int | None = None, *, consistency: bool = False, guide: str = "pooled"
+    ) -> Any:
         """The features at pixel resolution; with ``ratio``, :meth:`objective`'s triple instead (and
         with ``consistency``, :meth:`consistency_pair`'s two more: one forward pass, as DDP needs)."""
         if ratio is None:
             return upsample(self.upsampler, self.backbone(image), image)
-        prediction, target, low = self.objective(image, ratio)
+        prediction, target, low = self.objective(image, ratio, guide=guide)
         if not consistency:
             return prediction, target, low
         return prediction, target, low, *self.consistency_pair(image, target)
+
+    def objective(
+        self, images: torch.Tensor, ratio: int, *, guide: str = "pooled"
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """JAFAR's training pair for images ``(B, 3, H, W)`` in [0, 1] (sides multiples of stride x
+        ``ratio``): ``(prediction, target, low)`` with ``target`` the features of the images and
+        ``low`` those of the images average-pooled by ``ratio``. ``prediction`` is ``low`` lifted to
+        the target's grid by the block (``resample``), in one of two ways:
+
+        - ``guide="pooled"``: x``ratio``, guided by the images pooled to the target grid;
+        - ``guide="image"``: x``ratio * stride`` to the images' own pixels, guided by the full-resolution
+          images (the guide the block gets in use), then average-pooled by the stride to the target grid.
+
+        Only image-guided, ratio-agnostic blocks have ``resample``.
+
+        Raises:
+            ConfigError: a block without ``resample`` (a fixed-scale decoder block), an unknown ``guide``.
+            ShapeError: images whose sides are not multiples of stride x ``ratio``.
+        """
+        if not hasattr(self.upsampler, "resample"):
+            raise ConfigError(
+                f"{self.upsampler_name!r} runs at its one scale (x{self.backbone.stride}); the objective trains a "
+                f"block at lower ratios: use jbu, jafar, loftup or anyup"
+            )
+        if guide not in FEATURE_GUIDES:
+            raise ConfigError(f"the objective's guide must be one of {', '.join(FEATURE_GUIDES)}, got {guide!r}")
+        stride = self.backbone.stride
+        target = self.backbone(images)
+        low = self.backbone(F.avg_pool2d(images, ratio))
+        if guide == "image":
+            lifted = self.upsampler.resample(low, images, ratio * stride)
+            return F.avg_pool2d(lifted, stride), target, low
+        return self.upsampler.resample(low, F.avg_pool2d(images, stride), ratio), target, low
 
     def consistency_pair(self, images: torch.Tensor, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """JAFAR's consistency term's pair (the authors' ``train.py``): the full images' ``features``
@@ -103,28 +141,6 @@ class FeatureUpsampler(nn.Module):
         with torch.no_grad():
             target = self.upsampler.resample(features, clean, stride // 2)
         return prediction, target
-
-    def objective(self, images: torch.Tensor, ratio: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """JAFAR's training pair for images ``(B, 3, H, W)`` in [0, 1] (sides multiples of stride x
-        ``ratio``): ``(prediction, target, low)`` with ``target`` the features of the images,
-        ``low`` those of the images average-pooled by ``ratio``, and ``prediction`` ``low``
-        upsampled x``ratio`` by the block (``resample``), guided by the images pooled to the target
-        grid. Only image-guided, ratio-agnostic blocks have ``resample``.
-
-        Raises:
-            ConfigError: a block without ``resample`` (a fixed-scale decoder block).
-            ShapeError: images whose sides are not multiples of stride x ``ratio``.
-        """
-        if not hasattr(self.upsampler, "resample"):
-            raise ConfigError(
-                f"{self.upsampler_name!r} runs at its one scale (x{self.backbone.stride}); the objective trains a "
-                f"block at lower ratios: use jbu, jafar, loftup or anyup"
-            )
-        stride = self.backbone.stride
-        target = self.backbone(images)
-        low = self.backbone(F.avg_pool2d(images, ratio))
-        guide = F.avg_pool2d(images, stride)
-        return self.upsampler.resample(low, guide, ratio), target, low
 
 
 class LinearProbe(nn.Module):

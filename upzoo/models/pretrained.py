@@ -34,8 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from upzoo.checks import check_finite
 from upzoo.data.conventions import IMAGENET_MEAN, IMAGENET_STD
-from upzoo.errors import ConfigError, did_you_mean
+from upzoo.errors import ConfigError, ShapeError, did_you_mean
 
 __all__ = [
     "IMAGENET_LITE", "LITE_ARCHITECTURES", "InputNormalization", "convert_lite_state_dict", "lite_state_dict",
@@ -226,9 +227,37 @@ class PerceptualLoss(nn.Module):
         return self
 
     def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """``output``, ``target``: ``(B, 1 or 3, H, W)`` of one shape, the target in [0, 1] -> a scalar.
+
+        Raises:
+            ShapeError: other shapes or channel counts. ConfigError: NaN or inf, a target outside [0, 1]
+                (0-255 pixels), an output beyond ``|20|``.
+        """
+        _check_perceptual_inputs(output, target)
         if output.shape[1] == 1:
             output, target = output.expand(-1, 3, -1, -1), target.expand(-1, 3, -1, -1)
         with torch.no_grad():
             wanted = self.network((target.float() - 0.5) / 0.5)
         got = self.network((output.float() - 0.5) / 0.5)
         return torch.stack([F.l1_loss(a, b) for a, b in zip(got, wanted)]).mean()
+
+
+def _check_perceptual_inputs(output: torch.Tensor, target: torch.Tensor) -> None:
+    for name, value in (("output", output), ("target", target)):
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            raise ConfigError(f"PerceptualLoss: the {name} must be a float tensor (B, 1 or 3, H, W) in [0, 1]")
+        if value.ndim != 4 or value.shape[1] not in (1, 3) or 0 in value.shape:
+            raise ShapeError(
+                f"PerceptualLoss: the {name} must be images (B, 1 or 3, H, W), got shape {tuple(value.shape)}; "
+                f"the features are RGB (gray is repeated to RGB)"
+            )
+        check_finite(value, f"PerceptualLoss: the {name}")
+    if output.shape != target.shape:
+        raise ShapeError(f"PerceptualLoss: the output {tuple(output.shape)} and target {tuple(target.shape)} differ")
+    low, high = float(target.min()), float(target.max())
+    peak = float(output.detach().abs().max())
+    if low < -1e-3 or high > 1 + 1e-3 or peak > 20:
+        raise ConfigError(
+            f"PerceptualLoss: images in [0, 1] expected, got a target in [{low:.4g}, {high:.4g}] and an output "
+            f"reaching |{peak:.4g}|; divide 0-255 pixels by 255 (and map [-1, 1] with (x + 1) / 2)"
+        )

@@ -40,11 +40,17 @@ def feature_loss(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor
 
 @torch.no_grad()
 def evaluate_feature_upsampling(
-    model: nn.Module, dataset: Any, ratios: tuple[int, ...], device: torch.device, precision: Callable = nullcontext
+    model: nn.Module,
+    dataset: Any,
+    ratios: tuple[int, ...],
+    device: torch.device,
+    precision: Callable = nullcontext,
+    guide: str = "pooled",
 ) -> dict[str, Any]:
     """Per ratio, the mean cosine similarity (over all pixels of all images) of the block's and of
     bilinear upsampling's prediction to the target features, and the block's loss; the model runs
-    under ``precision()`` (the recipe's autocast, as in training), the measures in float32."""
+    under ``precision()`` (the recipe's autocast, as in training) with the objective's ``guide``
+    (:meth:`~upzoo.models.feature_models.FeatureUpsampler.objective`), the measures in float32."""
     was_training = model.training
     model.eval()
     sums = {r: [0.0, 0.0, 0.0, 0] for r in ratios}  # cosine, bilinear cosine, loss, pixels
@@ -53,7 +59,7 @@ def evaluate_feature_upsampling(
             images = _whole_multiple(_image_of(dataset[index])[None], model.backbone.stride * max(ratios)).to(device)
             for r in ratios:
                 with precision():
-                    prediction, target, low = (t.float() for t in model.objective(images, r))
+                    prediction, target, low = (t.float() for t in model.objective(images, r, guide=guide))
                 bilinear = F.interpolate(low, size=target.shape[-2:], mode="bilinear", align_corners=False)
                 pixels = target.shape[0] * target.shape[-2] * target.shape[-1]
                 sums[r][0] += float(F.cosine_similarity(prediction, target, dim=1).sum())
@@ -67,7 +73,7 @@ def evaluate_feature_upsampling(
         key: math.fsum(v[key] for v in per_ratio.values()) / len(ratios)
         for key in ("cosine", "cosine_bilinear", "loss")
     }
-    return result | {"per_ratio": {str(r): v for r, v in per_ratio.items()}, "images": len(dataset)}
+    return result | {"per_ratio": {str(r): v for r, v in per_ratio.items()}, "images": len(dataset), "guide": guide}
 
 
 def _image_of(item: dict[str, Any]) -> torch.Tensor:
@@ -110,6 +116,7 @@ class FeatureUpsamplingTask(Task):
         self.modules = {"model": model}
         self.ratios = tuple(prepared.recipe.train.feature_ratios or DEFAULT_RATIOS)
         self.consistency = prepared.recipe.train.consistency_weight
+        self.guide = prepared.recipe.train.feature_guide
         self.step_columns = ["loss", "loss_consistency"] if self.consistency > 0 else ["loss"]
         if self.consistency > 0 and model.backbone.stride % 2:
             raise ConfigError(
@@ -133,7 +140,9 @@ class FeatureUpsamplingTask(Task):
         images = ctx.to_device(batch[_key(self.prepared)], image=True)
         ratio = self.ratios[ctx.step % len(self.ratios)]
         with ctx.autocast():
-            prediction, target, _, *pair = ctx.net("model")(images, ratio=ratio, consistency=self.consistency > 0)
+            prediction, target, _, *pair = ctx.net("model")(
+                images, ratio=ratio, consistency=self.consistency > 0, guide=self.guide
+            )
         loss = feature_loss(prediction, target)
         if not pair:
             return {"loss": ctx.optimize(loss, "model")}
@@ -145,7 +154,7 @@ class FeatureUpsamplingTask(Task):
         from upzoo.figures import feature_grid
 
         model, data = self.modules["model"], self.prepared.data
-        self.last = evaluate_feature_upsampling(model, data.val, self.ratios, ctx.device, ctx.autocast)
+        self.last = evaluate_feature_upsampling(model, data.val, self.ratios, ctx.device, ctx.autocast, self.guide)
         self.curve_baselines = {"val_cosine": ("bilinear", self.last["cosine_bilinear"])}
         if ctx.is_main:
             keep = [_image_of(data.val[i]) for i in range(min(len(data.val), self.prepared.recipe.eval.grid_samples))]

@@ -49,12 +49,15 @@ class JbuUpsampler(ImageGuidedUpsampler):
     repeated beyond the border), ``up`` bicubic. ``K`` is the spatial Gaussian
     ``exp(-|p - q|^2 / 2 sigma^2)`` (offsets in units of the radius, learned ``sigma``) times the range kernel
     ``softmax_q(t * <P(G_p), P(G_q)>)`` (``P`` a learned two-layer 1x1 MLP, learned temperature
-    ``t``), normalised to sum 1, plus ``0.1 * M([K, G_p])`` (FeatUp's kernel fix-up, a 1x1 MLP).
-    After the last stage, ``y + 0.1 * W y`` with ``W`` a learned 1x1 conv.
+    ``t``), normalised to sum 1, plus ``0.1 * M([K, G_p])`` (FeatUp's kernel fix-up, a 1x1 MLP) less
+    its mean over the window, so that every stage's kernel still sums to 1. After the last stage,
+    ``y + 0.1 * W y`` with ``W`` a learned 1x1 conv.
 
     One set of stage weights serves every stage (FeatUp learns one per x2 stage of a fixed x16
     stack): the block is ratio-agnostic, so the JAFAR objective can train it at x2/x4 for use at
-    x14/x16. FeatUp's ``AdaptiveConv`` CUDA op is the sum over the window, written here as
+    x14/x16. Shared stages are why the fix-up is centred (FeatUp's is not): trained at x2/x4 with an
+    uncentred fix-up, the kernels learned to sum to 0.29, which four stages at x16 compound to 0.29^4
+    (features 1/135 of their size, a flat map). FeatUp's ``AdaptiveConv`` CUDA op is the sum over the window, written here as
     ``(2r+1)^2`` shifted multiply-adds. Dropout is left out, and the border repeats the edge pixel
     where FeatUp reflects (reflection needs a stage larger than the radius; repetition takes any size).
 
@@ -113,7 +116,8 @@ class JbuUpsampler(ImageGuidedUpsampler):
         combined = (scores * temperature).softmax(dim=1) * spatial[:, None, None]
         combined = combined / combined.sum(1, keepdim=True).clamp_min(1e-7)
         guide_rows = guide if band is None else guide[..., band[0] : band[1], :]
-        return combined + 0.1 * self.kernel_fixup(torch.cat([combined, guide_rows], dim=1))
+        fixup = self.kernel_fixup(torch.cat([combined, guide_rows], dim=1))
+        return combined + 0.1 * (fixup - fixup.mean(1, keepdim=True))  # still sums to 1
 
     def bicubic_rows(self, x: torch.Tensor, factor: tuple[int, int], band: Band) -> torch.Tensor:
         """Rows ``[start - r, stop + r)`` of ``x`` bicubic-upsampled by ``factor``, the edge repeated
