@@ -147,7 +147,12 @@ def test_feature_evaluation_runs_the_model_under_the_recipes_precision():
 
     model = FeatureUpsampler(backbone=VIT, weights="random", upsampler="jafar", upsampler_options={"qk_dim": 16})
     seen, objective = [], model.objective
-    model.objective = lambda images, ratio, **kw: seen.append(torch.is_autocast_enabled("cpu")) or objective(images, ratio)
+
+    def watched(images, ratio, **options):
+        seen.append(torch.is_autocast_enabled("cpu"))
+        return objective(images, ratio, **options)
+
+    model.objective = watched
     results = []
     for amp in ("bf16", "none"):
         precision = functools.partial(autocast, amp, torch.device("cpu"))

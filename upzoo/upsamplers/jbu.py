@@ -57,9 +57,10 @@ class JbuUpsampler(ImageGuidedUpsampler):
     stack): the block is ratio-agnostic, so the JAFAR objective can train it at x2/x4 for use at
     x14/x16. Shared stages are why the fix-up is centred (FeatUp's is not): trained at x2/x4 with an
     uncentred fix-up, the kernels learned to sum to 0.29, which four stages at x16 compound to 0.29^4
-    (features 1/135 of their size, a flat map). FeatUp's ``AdaptiveConv`` CUDA op is the sum over the window, written here as
-    ``(2r+1)^2`` shifted multiply-adds. Dropout is left out, and the border repeats the edge pixel
-    where FeatUp reflects (reflection needs a stage larger than the radius; repetition takes any size).
+    (features 1/135 of their size, a flat map). FeatUp's ``AdaptiveConv`` CUDA op is the sum over the
+    window, written here as ``(2r+1)^2`` shifted multiply-adds. Dropout is left out, and the border
+    repeats the edge pixel where FeatUp reflects (reflection needs a stage larger than the radius;
+    repetition takes any size).
 
     Args:
         radius: the window's radius ``r`` (3: a 7x7 window).
