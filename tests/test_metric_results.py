@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from upzoo import metrics
+from upzoo.errors import ShapeError
 
 
 def _labels(seed: int, shape=(2, 20, 20)) -> torch.Tensor:
@@ -34,6 +35,10 @@ def test_frame_surface_and_image_scores():
     assert surface._fields == ("hd95", "surface_dice")
     torch.testing.assert_close(surface.hd95, metrics.hausdorff95(*volumes, 3, spacing=(1.0, 1.0, 1.0)), equal_nan=True)
     images = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(4))
+    with pytest.raises(
+        ShapeError, match=r"must be a non-empty batch of images \(B, C, H, W\), got shape \(0, 3, 16, 16\)"
+    ):
+        metrics.ssim(images[:0], images[:0])
     scores = metrics.psnr_ssim(images, images.flip(-1))
     assert scores._fields == ("psnr", "ssim")
     torch.testing.assert_close(scores.psnr, metrics.psnr(images, images.flip(-1)), rtol=1e-9, atol=1e-9)

@@ -14,7 +14,7 @@ from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 from upzoo.data import mni152
 from upzoo.data.mni152 import TISSUE_NAMES, coronal_split, load_mni152, mni152_paths, tissue_labels
-from upzoo.data.slabs import interpolate_slices, slab_factor, thick_affine, thick_slices
+from upzoo.data.slabs import interpolate_slices, slab_factor, thick_affine, thick_slices, thin_affine
 from upzoo.errors import ConfigError, DataError, ShapeError
 from upzoo.metrics.volume_quality import masked_psnr, masked_ssim
 
@@ -177,6 +177,19 @@ def test_the_mask_decides_where_psnr_and_ssim_are_measured():
         masked_ssim(output * np.nan, target)
     with pytest.raises(ShapeError, match="at least 11 voxels a side"):
         masked_ssim(np.zeros((8, 12, 12)), np.zeros((8, 12, 12)))
+    ramp = np.linspace(0, 255, 12**3).reshape(12, 12, 12)
+    with pytest.raises(ConfigError, match=r"data_range is 1 but the target's intensities span 255: .* data_range=255"):
+        masked_psnr(ramp, ramp + 1)
+    assert masked_psnr(ramp + 1, ramp, data_range=255) == pytest.approx(20 * np.log10(255))
+
+
+def test_the_slab_affines_take_whole_factors_only():
+    affine = np.diag([1.0, 1.0, 1.0, 1.0])
+    for function in (thick_affine, thin_affine):
+        for factor in (1.5, 0, True, "4"):
+            with pytest.raises(ConfigError, match=f"{function.__name__}: factor must be a whole number .* got"):
+                function(affine, factor)
+    np.testing.assert_array_equal(thin_affine(thick_affine(affine, np.int64(4)), 4), affine)
 
 
 def test_interpolation_baselines_on_the_template(brain):

@@ -5,6 +5,8 @@ extras) on the same input, and by classifying the photographs that ship in insta
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import socket
 
 import pytest
@@ -16,7 +18,7 @@ from timm.data import ImageNetInfo, create_transform, resolve_data_config
 
 from upzoo.data.conventions import IMAGENET_MEAN, IMAGENET_STD
 from upzoo.data.package_images import package_image_path
-from upzoo.errors import ConfigError
+from upzoo.errors import ConfigError, ShapeError
 from upzoo.models import pretrained as lite
 from upzoo.models.backbones import timm_backbone
 from upzoo.models.encoders import create_encoder
@@ -216,7 +218,26 @@ def test_perceptual_loss_is_the_l1_of_the_pretrained_features():
     assert torch.equal(loss(grey, grey * 0.5), loss(grey.expand(-1, 3, -1, -1), (grey * 0.5).expand(-1, 3, -1, -1)))
 
 
-def test_super_resolution_trains_with_the_perceptual_term(tmp_path):
+_IMAGE = torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+
+
+@pytest.mark.parametrize(
+    ("output", "target", "error", "message"),
+    [
+        (_IMAGE[:, :2], _IMAGE[:, :2], ShapeError, r"must be images \(B, 1 or 3, H, W\), got shape \(1, 2, 32, 32\)"),
+        (_IMAGE, _IMAGE[..., :24, :], ShapeError, r"output \(1, 3, 32, 32\) and target \(1, 3, 24, 32\) differ"),
+        (_IMAGE * 255, _IMAGE * 255, ConfigError, r"images in \[0, 1\] expected, got a target in \[0"),
+        (_IMAGE * math.nan, _IMAGE, ConfigError, "the output: 3072 of 3072 values are NaN"),
+        (_IMAGE, _IMAGE[:0], ShapeError, r"got shape \(0, 3, 32, 32\)"),
+        (_IMAGE, (_IMAGE > 0.5).long(), ConfigError, "the target must be a float tensor"),
+    ],
+)
+def test_perceptual_loss_refuses_what_it_cannot_measure(output, target, error, message):
+    with pytest.raises(error, match=message):
+        lite.PerceptualLoss()(output, target)
+
+
+def test_super_resolution_trains_with_the_perceptual_term(tmp_path, capsys):
     from test_super_resolution_use import sr_recipe
 
     from upzoo.recipe import parse_recipe
@@ -225,6 +246,12 @@ def test_super_resolution_trains_with_the_perceptual_term(tmp_path):
     train(parse_recipe(sr_recipe(train__perceptual_weight=0.1)), tmp_path / "run", progress=False)
     header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
     assert "loss_perceptual" in header
+    from upzoo.cli.train import _print_summary
+    from upzoo.recipe import load_recipe
+
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    _print_summary(summary, load_recipe(tmp_path / "run" / "recipe.yaml"))
+    assert "trained with L1 + 0.1 x the perceptual term (L1 of ImageNet EfficientNet-Lite0" in capsys.readouterr().out
     state = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
     assert not any("network" in key or "conv_stem" in key for key in state["model"])  # the loss is not saved
     with pytest.raises(ConfigError, match="train.perceptual_weight is read by super_resolution recipes only"):

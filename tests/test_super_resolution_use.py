@@ -16,7 +16,7 @@ from upzoo.errors import ConfigError, DataError, ShapeError
 from upzoo.inference.tiled_upscaling import read_unit_image, receptive_radius, tiled_output, upscale
 from upzoo.models import EDSR, ESPCN, RRDBNet
 from upzoo.prepare import prepare
-from upzoo.recipe import parse_recipe
+from upzoo.recipe import load_recipe, parse_recipe
 from upzoo.train.engine import train
 
 pytest.importorskip("skimage")
@@ -302,8 +302,9 @@ def test_a_finished_run_prints_its_result_beside_bicubic(sr_run, capsys):
     from upzoo.cli.train import _print_summary
 
     val = json.loads((sr_run / "summary.json").read_text())["val"]
-    _print_summary(json.loads((sr_run / "summary.json").read_text()))
+    _print_summary(json.loads((sr_run / "summary.json").read_text()), load_recipe(sr_run / "recipe.yaml"))
     out = capsys.readouterr().out
+    assert "perceptual" not in out
     assert (
         f"val PSNR Y: {val['psnr_y']:.2f} dB, SSIM Y {val['ssim_y']:.4f}  beside bicubic {val['bicubic_psnr_y']:.2f}"
         in out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +12,9 @@ from upzoo.cli.common import default_run_dir
 from upzoo.cli.group import cli
 from upzoo.errors import UsageError
 from upzoo.tables import to_json
+
+if TYPE_CHECKING:
+    from upzoo.recipe import Recipe
 
 
 def _launch_torchrun(nproc: int, args: list[str]) -> int:
@@ -110,7 +114,7 @@ def train_command(
     summary = train(loaded, run_dir, resume=resume, progress=not no_progress)
     if int(os.environ.get("RANK", "0")) != 0:
         return
-    click.echo(to_json(summary)) if as_json else _print_summary(summary)
+    click.echo(to_json(summary)) if as_json else _print_summary(summary, loaded)
     if summary["interrupted"]:
         click.echo(
             f"interrupted at step {summary['steps']}; continue with: upzoo train --resume {summary['run_dir']}",
@@ -119,7 +123,7 @@ def train_command(
         sys.exit(130)
 
 
-def _print_summary(summary: dict) -> None:
+def _print_summary(summary: dict, recipe: Recipe) -> None:
     click.echo(f"run folder: {summary['run_dir']}")
     reused = " (finished before)" if summary.get("reused") else ""
     click.echo(f"steps: {summary['steps']} of {summary['total_steps']}{reused}")
@@ -135,6 +139,26 @@ def _print_summary(summary: dict) -> None:
     line = _task_result_line(val)
     if line:
         click.echo(line)
+    for note in _recipe_notes(recipe):
+        click.echo(note)
+
+
+def _recipe_notes(recipe: Recipe) -> list[str]:
+    """What the result lines above depend on that they do not show: a perceptual term, the probe's baseline."""
+    notes = []
+    if recipe.task == "super_resolution" and recipe.train.perceptual_weight > 0:
+        notes.append(
+            f"trained with L1 + {recipe.train.perceptual_weight:g} x the perceptual term (L1 of ImageNet "
+            f"EfficientNet-Lite0 features, a stand-in for VGG)"
+        )
+    if recipe.model.architecture == "linear_probe":
+        options = recipe.model.options
+        upsampler = options.get("upsampler_run") or options.get("upsampler", "interpolate")
+        notes.append(
+            f"a linear probe of {upsampler}; its baseline is the probe of bilinear upsampling, trained the same way "
+            f"over seeds: upzoo bench compare RECIPE --upsamplers interpolate,... (bilinear first)"
+        )
+    return notes
 
 
 def _task_result_line(val: dict) -> str | None:
@@ -153,10 +177,13 @@ def _task_result_line(val: dict) -> str | None:
             f"{val['cosine_bilinear']:.4f} ({val['cosine'] - val['cosine_bilinear']:+.4f}; mean over the ratios)"
         )
     if "cubic_psnr" in val:
+        baselines = {"linear": val["linear_psnr"], "cubic": val["cubic_psnr"], "B-spline": val["bspline_psnr"]}
+        best = max(baselines, key=baselines.get)
         return (
-            f"val PSNR {val['psnr']:.2f} dB, SSIM {val['ssim']:.4f} in the brain beside linear "
-            f"{val['linear_psnr']:.2f} dB, cubic {val['cubic_psnr']:.2f} dB, B-spline {val['bspline_psnr']:.2f} dB "
-            f"({val['psnr'] - val['linear_psnr']:+.2f} dB over linear; x{val['factor']} through-plane, {val['block']})"
+            f"val PSNR {val['psnr']:.4f} dB, SSIM {val['ssim']:.4f} in the brain beside linear "
+            f"{val['linear_psnr']:.4f} dB, cubic {val['cubic_psnr']:.4f} dB, B-spline {val['bspline_psnr']:.4f} dB "
+            f"({val['psnr'] - baselines[best]:+.4f} dB against {best}, the best baseline; x{val['factor']} "
+            f"through-plane, {val['block']})"
         )
     if "thick_gm_dice" in val:
         return (
