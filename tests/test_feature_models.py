@@ -87,7 +87,9 @@ def test_random_weights_are_the_same_in_every_run():
         ("vit_small_patch14_dinov2.lvd14", "random", None, "did you mean 'vit_small_patch14_dinov2.lvd142m'"),
         (VIT, "random", 12, r"vit_tiny_patch16_224 has no layer 12: layers are 0..11"),
         (VIT, "random", -1, r"has no layer -1"),
-        (VIT, "/no/such/file.pth", None, "is not a file; give a local weights file or 'random'"),
+        (VIT, "/no/such/file.pth", None, "is not a file; give a local weights file, 'imagenet-lite' .* or 'random'"),
+        (VIT, "imagenet", None, "backbone weights 'imagenet' is not a file; give .* 'imagenet-lite' \\(ImageNet"),
+        (VIT, "", None, "backbone weights '' is not a file"),
         (VIT, None, None, "needs weights: a local weights file \\(nothing is downloaded\\) or 'random'"),
     ],
 )

@@ -165,8 +165,13 @@ def test_encoder_errors():
         UNet(spatial_dims=2, in_channels=3, num_classes=2, encoder="resnet343")
     with pytest.raises(ConfigError, match="encoder 'resnet18' is 2D only"):
         UNet(spatial_dims=3, in_channels=1, num_classes=2, encoder="resnet18")
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match="encoder_weights '/no/such/file.pt' is not a file; give"):
         UNet(spatial_dims=2, in_channels=3, num_classes=2, encoder="resnet18", encoder_weights="/no/such/file.pt")
+    for weights in ("imagenet", ""):
+        with pytest.raises(
+            ConfigError, match=f"encoder_weights '{weights}' is not a file; .* 'imagenet-lite' \\(ImageNet"
+        ):
+            UNet(spatial_dims=2, in_channels=3, num_classes=2, encoder="resnet18", encoder_weights=weights)
     with pytest.raises(ConfigError, match=r"strides needs one entry per stage after the first \(2"):
         UNet(spatial_dims=2, in_channels=3, num_classes=2, channels=(4, 8, 16), strides=[2])
 

