@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -165,3 +166,16 @@ def test_the_api_pages_show_sphinx_roles_as_the_code_they_name():
     assert hooks.on_page_content(html) == (
         "see <code>hausdorff95</code>, <code>Predictor.predict</code> and a time 10:30:<code>x</code>"
     )
+
+
+@pytest.mark.slow
+def test_a_rank_refusing_its_setting_under_nproc_is_one_line_and_no_launcher_traceback(tmp_path):
+    """Each rank prints its one-line error; torchrun's ChildFailedError traceback (some 30 lines) does not
+    follow: one line names the ranks that stopped, and the exit code is theirs."""
+    command = [sys.executable, "-m", "upzoo", "train", "recipes/quickstart.yaml", "--nproc", "2", "--set",
+               "train.max_steps=2", "--set", "data.synthetic_train=1", "--out", str(tmp_path / "run")]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1])
+    assert result.returncode == 1
+    assert result.stderr.count("error: data.batch_size 4 is larger than this rank's share of the 1 training") == 2
+    assert "upzoo train: ranks 0, 1 of the group stopped (exit code 1); the message above says why" in result.stderr
+    assert "Traceback" not in result.stderr and "ChildFailedError" not in result.stderr

@@ -18,13 +18,14 @@ if TYPE_CHECKING:
 
 
 def _launch_torchrun(nproc: int, args: list[str]) -> int:
-    """Re-run this command under torchrun with ``nproc`` processes (gloo on CPU, NCCL on CUDA)."""
+    """Re-run this command under torchrun with ``nproc`` processes (gloo on CPU, NCCL on CUDA); a
+    rank's error reaches the user as its one line (:mod:`upzoo.cli.torchrun`)."""
     import subprocess
 
     command = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "upzoo.cli.torchrun",
         "--standalone",
         f"--nproc_per_node={nproc}",
         "-m",
