@@ -38,7 +38,8 @@ class Prepared:
 
     def data_meta(self) -> dict[str, Any]:
         """What using the trained model needs to know about its data, as plain data (checkpoints
-        hold it): class names, palette, image normalisation, voxel spacing, ignore index."""
+        hold it): class names, palette, image normalisation, voxel spacing, ignore index, and for thick
+        slices the thick training volume's maximum on the scale where the thin one's is 1."""
         bundle = self.data
         return {
             "class_names": list(bundle.class_names) if bundle.class_names else None,
@@ -47,6 +48,7 @@ class Prepared:
             "std": list(self.std) if self.std is not None else None,
             "spacing": [float(s) for s in bundle.spacing] if bundle.spacing else None,
             "ignore_index": int(bundle.ignore_index),
+            "thick_peak": bundle.thick_peak,
         }
 
     def model_dict(self) -> dict[str, Any]:
@@ -166,7 +168,10 @@ def _prepare_thick_slices(recipe: Recipe) -> Prepared:
     train = ThickSlicePatches(volume, patch, data.patches_per_image, augment=data.augment, labels=labels)  # type: ignore[arg-type]
     thick_spacing = (volume.spacing[0] * volume.factor, *volume.spacing[1:])
     classes = {"num_classes": len(TISSUE_NAMES), "class_names": list(TISSUE_NAMES)} if labels else {}
-    bundle = DataBundle(train, ThickSliceBlock(volume), mni152_root(), spacing=volume.spacing, **classes)
+    peak = float(volume.thick.max())  # predict scales a float thick volume as training did (by the thin maximum)
+    bundle = DataBundle(
+        train, ThickSliceBlock(volume), mni152_root(), spacing=volume.spacing, thick_peak=peak, **classes
+    )
     if not labels:
         return Prepared(recipe, recipe.model, bundle, None, None, None, None)
     spec = recipe.model.resolve_auto_strides(thick_spacing, (patch[0] // volume.factor, *patch[1:]))

@@ -29,6 +29,7 @@ class DataBundle:
     class_names: list[str] | None = None
     ignore_index: int = 255
     spacing: tuple[float, ...] | None = None
+    thick_peak: float | None = None  # thick-slice data: the thick volume's maximum, thin volume's maximum = 1
 
 
 def build_datasets(

@@ -3,7 +3,11 @@ a ``through_plane_sr`` or ``through_plane_segmentation`` run): ``OUT/NAME.nii.gz
 (the thin volume, float32; or the tissue labels, uint8), and ``predictions.csv``.
 
 The slice axis is NIfTI's third voxel axis (``k``, upzoo's ``D``). Intensities are scaled to [0, 1]
-as the training volume was (by 255 for uint8 files, else by the volume's maximum) and back. The
+as the training volume was, and back: by 255 for uint8 files; a float file by its maximum over the
+thick training volume's maximum (the run's ``thick_peak``: training divides by the *thin*
+volume's maximum, which averaging into slabs lowers; 0.935 on the template), so the template's own
+thick slices are scaled exactly as in training. ``predictions.csv`` gives shapes in nibabel's
+axis order (``i x j x k``). The
 output's affine is the thin grid's (:func:`~upzoo.data.slabs.thin_affine`): voxels ``factor`` times
 shorter along the slice axis, the first thin slice at the bottom of the first thick one, so the
 output lies where the input does in scanner space (nibabel and nilearn read it back on that grid).
@@ -33,11 +37,12 @@ __all__ = ["upscale_volume_files", "upscale_volume", "label_volume", "SLAB_TOLER
 SLAB_TOLERANCE = 0.05  # the input's slice-to-in-plane spacing ratio may differ this much from the model's factor
 
 
-def _read(path: Path, factor: int) -> tuple[np.ndarray, float, Any]:
+def _read(path: Path, factor: int, thick_peak: float) -> tuple[np.ndarray, float, Any]:
     """``(D, H, W)`` in [0, 1], the intensity scale, the nibabel image.
 
     Raises:
-        DataError: not a 3D volume, or slices whose spacing is not ``factor`` times the in-plane one.
+        DataError: not a 3D volume, or slices whose spacing is not ``factor`` times the in-plane one
+            (naming the axis that is thick where it is not NIfTI's third).
         ConfigError: an affine that is not axis-aligned.
     """
     from upzoo.data.volumes import read_nifti
@@ -45,18 +50,43 @@ def _read(path: Path, factor: int) -> tuple[np.ndarray, float, Any]:
     array, spacing, image = read_nifti(path)
     if array.ndim != 3:
         raise DataError(f"{path}: a through-plane model takes a 3D volume, got shape {array.shape}")
-    ratio = spacing[0] / min(spacing[1:])
-    if abs(ratio / factor - 1) > SLAB_TOLERANCE:
-        fix = f"use a run trained for ratio {round(ratio)}" if round(ratio) > 1 else "its slices are thin already"
-        raise DataError(
-            f"{path}: slices {spacing[0]:g} mm apart at {min(spacing[1:]):g} mm in-plane (ratio {ratio:.2f}), and the "
-            f"model upsamples slices x{factor} (trained on {factor} mm slices of 1 mm voxels); {fix}"
-        )
+    _check_slab_axis(path, spacing, factor)
     thin_affine(image.affine, factor, axis=2)  # axis-aligned, or one line
-    scale = 255.0 if image.get_data_dtype() == np.uint8 else float(array.max())
+    scale = 255.0 if image.get_data_dtype() == np.uint8 else float(array.max()) / thick_peak
     if not math.isfinite(scale) or scale <= 0:
         raise DataError(f"{path}: the volume has no positive voxel (maximum {scale:g}); nothing to upsample")
     return array / scale, scale, image
+
+
+def _check_slab_axis(path: Path, spacing: Sequence[float], factor: int) -> None:
+    """Slices ``factor`` times the in-plane spacing apart along NIfTI's third axis (``spacing`` is ``(k, j, i)``)."""
+    ratio = spacing[0] / min(spacing[1:])
+    if abs(ratio / factor - 1) <= SLAB_TOLERANCE:
+        return
+    thick_axis = int(np.argmax(spacing))
+    if thick_axis != 0 and spacing[thick_axis] / min(spacing) > 1 + SLAB_TOLERANCE:
+        name = "ij"[2 - thick_axis]
+        raise DataError(
+            f"{path}: the thick axis is NIfTI's axis {name} ({spacing[thick_axis]:g} mm; nibabel spacing "
+            f"{tuple(round(s, 4) for s in spacing[::-1])}), and the model takes slices along the third axis (k); "
+            f"reorient the volume so its thick axis comes third (e.g. nibabel's as_reoriented or fslswapdim)"
+        )
+    fix = f"use a run trained for ratio {round(ratio)}" if round(ratio) > 1 else "its slices are thin already"
+    raise DataError(
+        f"{path}: slices {spacing[0]:g} mm apart at {min(spacing[1:]):g} mm in-plane (ratio {ratio:.2f}), and the "
+        f"model upsamples slices x{factor} (trained on {factor} mm slices of 1 mm voxels); {fix}"
+    )
+
+
+def training_thick_peak(loaded: LoadedModel) -> float:
+    """The run's ``thick_peak``; for runs written before checkpoints held it, made again from the recipe
+    (the thick slices are deterministic)."""
+    if loaded.thick_peak is not None:
+        return float(loaded.thick_peak)
+    from upzoo.data.through_plane import thick_slice_volume
+
+    data = loaded.recipe.data
+    return float(thick_slice_volume(data.slice_thickness, data.slice_noise, data.synthetic_seed).thick.max())
 
 
 @torch.no_grad()
@@ -125,11 +155,11 @@ def upscale_volume_files(
 def _run(loaded, named, planned, device, amp, keep_going, progress) -> tuple[list, list]:
     from tqdm import tqdm
 
-    factor = int(loaded.spec.options["scale"][0])
+    factor, peak = int(loaded.spec.options["scale"][0]), training_thick_peak(loaded)
     rows, failed = [], []
     for (path, _), outputs in tqdm(list(zip(named, planned)), desc="upsample", unit="volume", disable=not progress):
         try:
-            volume, scale, image = _read(path, factor)
+            volume, scale, image = _read(path, factor, peak)
         except UpzooError as exc:
             if not keep_going:
                 raise DataError(f"{exc} (--keep-going skips such files)") from None
@@ -141,7 +171,10 @@ def _run(loaded, named, planned, device, amp, keep_going, progress) -> tuple[lis
         else:
             thin = (upscale_volume(loaded.model, volume, device, amp) * scale).astype(np.float32)
         _write(outputs["volume"], thin, image, factor)
-        shapes = {"input_shape": "x".join(map(str, volume.shape)), "output_shape": "x".join(map(str, thin.shape))}
+        shapes = {
+            "input_shape": "x".join(map(str, volume.shape[::-1])),
+            "output_shape": "x".join(map(str, thin.shape[::-1])),
+        }  # nibabel's i x j x k
         rows.append({"file": str(path), "output": str(outputs["volume"]), **shapes,
                      "seconds": round(time.perf_counter() - began, 4)})  # fmt: skip
     return rows, failed

@@ -35,6 +35,7 @@ class LoadedModel:
     spacing: tuple[float, ...] | None  # training voxel spacing (volumes)
     ignore_index: int = 255
     step: int | None = None  # the training step the checkpoint was written at
+    thick_peak: float | None = None  # thick-slice runs: the thick training volume's maximum (thin maximum = 1)
 
     @property
     def task(self) -> str:
@@ -129,4 +130,5 @@ def load_model(
         spacing=tuple(meta["spacing"]) if meta.get("spacing") else None,
         ignore_index=int(meta.get("ignore_index", 255)),
         step=state.get("step"),
+        thick_peak=meta.get("thick_peak"),
     )
