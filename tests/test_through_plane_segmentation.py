@@ -16,9 +16,9 @@ from click.testing import CliRunner
 
 from upzoo.cli import cli
 from upzoo.data.seeding import sample_seed
-from upzoo.data.slabs import thick_affine, thick_slices, thin_affine
+from upzoo.data.slabs import interpolate_slices, thick_affine, thick_slices, thin_affine
 from upzoo.data.through_plane import ThickSliceBlock, ThickSlicePatches, thick_slice_volume
-from upzoo.errors import ConfigError
+from upzoo.errors import ConfigError, DataError
 from upzoo.models import build_model
 from upzoo.recipe import load_recipe
 from upzoo.train.through_plane_segmentation import thick_grid_labels, tissue_scores
@@ -102,6 +102,28 @@ def test_the_best_thick_grid_labels_are_each_slabs_most_frequent_label():
     assert np.array_equal(thick_grid_labels(labels, 4), expected)
 
 
+def test_the_label_free_baseline_is_lloyds_kmeans_fitted_on_the_training_blocks(volume):
+    from sklearn.cluster import KMeans
+
+    from upzoo.train.tissue_baseline import kmeans_thresholds, kmeans_tissue_labels
+
+    rng = np.random.default_rng(3)
+    values = np.concatenate([np.zeros(400), rng.normal(0.4, 0.05, 100), rng.normal(0.65, 0.05, 300),
+                             rng.normal(0.85, 0.04, 200)])  # fmt: skip
+    foreground = values[values > 0.05 * values.max()]
+    start = np.array([0.0, *np.quantile(foreground, [0.15, 0.5, 0.85])])[:, None]
+    reference = KMeans(4, init=start, n_init=1, algorithm="lloyd", tol=0, max_iter=300).fit(values[:, None])
+    centres = np.sort(reference.cluster_centers_[:, 0])
+    np.testing.assert_allclose(kmeans_thresholds(values), (centres[1:] + centres[:-1]) / 2, atol=1e-9)
+    labels = kmeans_tissue_labels(volume)
+    cubic = interpolate_slices(volume.thick, 4, "cubic")
+    cuts = kmeans_thresholds(np.concatenate([cubic[:, b].ravel() for b in volume.train_blocks]))  # training only
+    assert np.array_equal(labels, np.digitize(cubic[:, volume.val_block], cuts))
+    assert set(np.unique(labels)) == {0, 1, 2, 3}
+    with pytest.raises(DataError, match="4 classes need 4 distinct finite values"):
+        kmeans_thresholds(np.array([0.0, 1.0, 1.0]))
+
+
 def test_tissue_scores_equal_monai():
     monai_metrics = pytest.importorskip("monai.metrics")
     rng = np.random.default_rng(1)
@@ -144,13 +166,21 @@ def test_a_run_trains_evaluates_and_labels_a_thick_nifti_on_the_thin_grid(tmp_pa
     run = tmp_path / "run"
     result = _train(run)
     assert result.exit_code == 0, result.output
-    # the best thick-grid labels of the held-out block (the data's, not the network's: fixed numbers)
-    assert "the best thick-grid labels: Dice 0.8639 (grey matter 0.9168, HD95 1.41 mm)" in result.output
+    # the references on the held-out block (the data's, not the network's: fixed numbers)
+    assert (
+        "the oracle (each slab's true majority label): Dice 0.8639 (grey matter 0.9168, HD95 1.41 mm)" in result.output
+    )
+    assert "k-means of the cubic-interpolated T1: Dice 0.8459 (grey matter 0.8719, CSF/other 0.7641)" in result.output
     summary = json.loads((run / "summary.json").read_text())
     assert summary["val"]["voxels"] == volume.labels[:, volume.val_block].size
     assert (run / "predictions.png").is_file()
     result = CliRunner().invoke(cli, ["eval", str(run)])
     assert result.exit_code == 0 and f"val Dice {summary['val']['dice']:.4f}" in result.output, result.output
+    table = [[cell.strip() for cell in line.strip("|").split("|")] for line in result.output.splitlines()[:6]]
+    assert table[0] == ["tissue", "Dice", "HD95 (mm)", "surface Dice", "k-means Dice", "oracle Dice"]
+    gm_row = next(row for row in table if row[0] == "grey matter")
+    assert float(gm_row[1]) == pytest.approx(summary["val"]["gm_dice"], abs=1e-3)
+    assert gm_row[4:] == ["0.8719", "0.9168"]
     affine_xyz = np.diag([1.0, 1.0, 1.0, 1.0])
     affine_xyz[:3, 3] = [-20, 30, -40]
     thick = thick_slices(volume.thin[:40, 60:90, 50:80], 4)  # (10, 30, 30): z, y, x

@@ -186,13 +186,14 @@ def _task_result_line(val: dict) -> str | None:
             f"({val['psnr'] - baselines[best]:+.4f} dB against {best}, the best baseline; x{val['factor']} "
             f"through-plane, {val['block']})"
         )
-    if "thick_gm_dice" in val:
+    if "oracle_gm_dice" in val:
         return (
             f"val Dice {val['dice']:.4f} (grey matter {val['gm_dice']:.4f}, white matter {val['wm_dice']:.4f}, "
-            f"CSF/other {val['csf_dice']:.4f}), grey-matter HD95 {val['gm_hd95']:.2f} mm; the best thick-grid "
-            f"labels: Dice {val['thick_dice']:.4f} (grey matter {val['thick_gm_dice']:.4f}, HD95 "
-            f"{val['thick_gm_hd95']:.2f} mm); "
-            f"x{val['factor']} thick slices, {val['block']}"
+            f"CSF/other {val['csf_dice']:.4f}), grey-matter HD95 {val['gm_hd95']:.2f} mm; beside the label-free "
+            f"k-means of the cubic-interpolated T1: Dice {val['kmeans_dice']:.4f} (grey matter "
+            f"{val['kmeans_gm_dice']:.4f}, CSF/other {val['kmeans_csf_dice']:.4f}), and the oracle (each slab's "
+            f"true majority label): Dice {val['oracle_dice']:.4f} (grey matter {val['oracle_gm_dice']:.4f}, HD95 "
+            f"{val['oracle_gm_hd95']:.2f} mm); x{val['factor']} thick slices, {val['block']}"
         )
     if "spectral_error_corners" in val and "psnr" in val:
         return (
@@ -301,7 +302,7 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
     result = evaluate_checkpoint(recipe, checkpoint)
     render = {"gan": _generative_line, "super_resolution": _upscaler_table, "feature_upsampling": _feature_table,
               "generator_testbed": _testbed_line, "through_plane_sr": _task_result_line,
-              "through_plane_segmentation": _task_result_line}.get(
+              "through_plane_segmentation": _tissue_table}.get(
                   recipe.task, _segmentation_table)  # fmt: skip
     if as_json:
         from upzoo.train.tasks import by_class_name
@@ -309,6 +310,23 @@ def eval_command(target: str, checkpoint: str | None, overrides: tuple[str, ...]
         names = result.get("class_names") or []  # per-class values keyed by class (segmentation)
         result = {k: by_class_name(v, names) if k.startswith("per_class_") else v for k, v in result.items()}
     click.echo(to_json(result) if as_json else render(result))
+
+
+def _tissue_table(result: dict) -> str:
+    """Per tissue: the network's Dice, HD95 and surface Dice, the label-free k-means' and the oracle's
+    Dice; then the run's result line."""
+    from upzoo.tables import render_table
+
+    rows = []
+    for short, name in (("csf", "CSF/other"), ("gm", "grey matter"), ("wm", "white matter")):
+        row = {"tissue": name, "Dice": result[f"{short}_dice"], "HD95 (mm)": result[f"{short}_hd95"],
+               "surface Dice": result[f"{short}_surface_dice"], "k-means Dice": result[f"kmeans_{short}_dice"],
+               "oracle Dice": result[f"oracle_{short}_dice"]}  # fmt: skip
+        rows.append(row)
+    rows.append({"tissue": "mean", "Dice": result["dice"], "HD95 (mm)": result["hd95"],
+                 "surface Dice": result["surface_dice"], "k-means Dice": result["kmeans_dice"],
+                 "oracle Dice": result["oracle_dice"]})  # fmt: skip
+    return f"{render_table(rows, list(rows[0]))}\n\n{_task_result_line(result)}"
 
 
 def _segmentation_table(result: dict) -> str:
