@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from pathlib import Path
 
 import pytest
 import timm
@@ -13,6 +14,7 @@ import torch
 
 from conftest import run_cli, small_recipe
 from upzoo import ConfigError, ShapeError
+from upzoo.models import build_model
 from upzoo.models.backbones import build_backbone, timm_backbone
 from upzoo.models.feature_models import FeatureUpsampler, LinearProbe
 from upzoo.recipe import parse_recipe
@@ -239,6 +241,12 @@ def test_objective_trains_only_the_block_and_a_probe_uses_it(tmp_path):
         LinearProbe(num_classes=19, backbone=VIT, weights="random", layer=3, upsampler_run=str(run))
     with pytest.raises(ConfigError, match=r"trained 'jafar' .*; leave upsampler and upsampler_options unset"):
         LinearProbe(num_classes=19, backbone=VIT, weights="random", upsampler="jbu", upsampler_run=str(run))
+    from upzoo.recipe import load_recipe
+
+    probe_recipe = Path(__file__).parent.parent / "recipes" / "probe_bilinear.yaml"  # as its comment says
+    same_backbone = [f"model.backbone={VIT}", "model.weights=random", "model.layer=null"]
+    loaded = load_recipe(probe_recipe, [*same_backbone, f"model.upsampler_run={run}"])
+    assert isinstance(build_model(loaded.model), LinearProbe)
 
 
 def test_probe_recipe_trains_as_segmentation(tmp_path):
@@ -334,8 +342,6 @@ def test_cli_reports_a_bad_backbone_in_one_line(tmp_path):
 
 
 def test_shapes_check_answers_with_the_backbones_stride():
-    from pathlib import Path
-
     recipe = Path(__file__).parent.parent / "recipes" / "probe_bilinear.yaml"
     result = run_cli("shapes", "check", recipe, "--size", "100x200")
     assert result.returncode == 0, result.stderr
