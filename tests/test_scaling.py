@@ -60,7 +60,7 @@ def test_plan_only_writes_the_plan_and_one_job_line_per_cell(cache, tmp_path):
                                                          ("interpolate", 1)]  # fmt: skip
     lines = (out / JOBS_FILE).read_text().splitlines()
     assert len(lines) == 4 and all(" train " in line and "--continue" in line for line in lines)
-    assert lines[0].startswith("upzoo train recipes/transposed-seed0.yaml --out transposed/seed0 ")  # relative
+    assert lines[0].startswith("mkdir -p logs && upzoo train recipes/transposed-seed0.yaml --out transposed/seed0 ")
     assert str(tmp_path) not in (out / "plan.json").read_text() and (out / "slurm").is_dir()
     assert not list(out.rglob("summary.json"))  # nothing trained
     script = (out / "slurm.sbatch").read_text()
@@ -84,6 +84,7 @@ def test_any_scheduler_can_run_a_job_line_and_collect_reports_what_is_missing(ca
     out.rename(moved)
     out = moved
     lines = (out / JOBS_FILE).read_text().splitlines()
+    (out / "logs").rmdir()  # copied without its empty folders (git, a file-by-file copy): the line makes it
     assert subprocess.run(["bash", "-c", lines[0]], env=dict(os.environ), cwd=out).returncode == 0
     assert (out / "transposed" / "seed0" / "summary.json").is_file()
     collected = run_cli("bench", "collect", out, "--rounds", "3")

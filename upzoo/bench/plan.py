@@ -192,11 +192,18 @@ def write_plan(plan: Plan, out: str | Path) -> Path:
     relative = [_moved(cell, lambda path: os.path.relpath(path, out)) for cell in plan.cells]
     data = {k: v for k, v in asdict(plan).items() if k != "texts"} | {"cells": [asdict(c) for c in relative]}
     atomic_write(out / PLAN_FILE, lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
-    lines = [shlex.join(c.command()) + f" > {shlex.quote(c.log)} 2>&1" for c in relative]  # run from `out`
+    lines = [_job_line(c) for c in relative]  # run from `out`
     atomic_write(out / JOBS_FILE, lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
     for cell in plan.cells:
         Path(cell.log).parent.mkdir(parents=True, exist_ok=True)
     return out / PLAN_FILE
+
+
+def _job_line(cell: Cell) -> str:
+    """The shell line of a cell, from the plan folder: it makes its log's folder itself, so a line runs
+    by hand or under any scheduler even where the folder was copied without its empty folders."""
+    log = shlex.quote(cell.log)
+    return f"mkdir -p {shlex.quote(os.path.dirname(cell.log) or '.')} && {shlex.join(cell.command())} > {log} 2>&1"
 
 
 def _check_plan_folder(plan: Plan, out: Path) -> None:
