@@ -407,6 +407,26 @@ def test_the_schema_accepts_exactly_what_the_loader_accepts(tmp_path):
         jsonschema.validate({"model": {}, "train": {"lr": True}}, schema)  # a boolean is not a number
 
 
+def test_the_schema_names_each_architectures_own_model_keys():
+    """An editor offers and checks the keys each architecture takes (its constructor's), not only
+    ``architecture``: a misspelled key, or one of another architecture, is refused as the loader refuses it."""
+    import jsonschema
+
+    schema = recipe_json_schema()
+    keys = {c["if"]["properties"]["architecture"]["const"]: c["then"] for c in schema["properties"]["model"]["allOf"]}
+    assert {"through_plane_upsampler", "strides"} <= set(keys["through_plane_unet"]["properties"])
+    assert {"backbone", "weights", "layer", "upsampler_run"} <= set(keys["linear_probe"]["properties"])
+    assert "last_upsampler" in keys["dcgan"]["properties"] and keys["dcgan"]["additionalProperties"] is False
+    tissue = yaml.safe_load(Path("recipes/mni152_tissue_x4_transposed.yaml").read_text())
+    jsonschema.validate(tissue, schema)
+    for wrong in ({"through_plane_upsamplr": "fir"}, {"backbone": "resnet18"}, {"channels": "wide"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**tissue, "model": {**tissue["model"], **wrong}}, schema)
+    unet = {"model": {"spatial_dims": 2, "in_channels": 3, "num_classes": 3, "backbone": "x"}}  # no architecture: unet
+    with pytest.raises(jsonschema.ValidationError, match="'backbone' was unexpected"):
+        jsonschema.validate(unet, schema)
+
+
 # -- 5. faults leave a usable state -----------------------------------------------------------------
 def test_a_run_killed_before_its_first_checkpoint_can_be_started_again(tmp_path):
     recipe = parse_recipe(small_recipe(tmp_path / "cache"))

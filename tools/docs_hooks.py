@@ -175,12 +175,20 @@ def schema_page() -> str:
     for section, ref in schema["properties"].items():
         body = schema["$defs"][ref["$ref"].rsplit("/", 1)[1]] if "$ref" in ref else ref
         lines += [f"## `{section}`", "", _plain(body.get("description", "")), ""]
-        lines += ["| key | type | default |", "|---|---|---|"]
-        for key, prop in body.get("properties", {}).items():
-            default = f"`{json.dumps(prop['default'])}`" if "default" in prop else "required"
-            lines.append(f"| `{key}` | {_cell(_type(prop))} | {default} |")
-        lines.append("")
+        lines += _key_table(body.get("properties", {}))
+        for case in body.get("allOf", []):  # model: the keys of each architecture
+            name = case["if"]["properties"]["architecture"]["const"]
+            keys = {k: v for k, v in case["then"]["properties"].items() if k != "architecture"}
+            lines += [f"### `architecture: {name}`", "", *_key_table(keys)]
     return "\n".join(lines)
+
+
+def _key_table(properties: dict[str, Any]) -> list[str]:
+    lines = ["| key | type | default |", "|---|---|---|"]
+    for key, prop in properties.items():
+        default = f"`{json.dumps(prop['default'])}`" if "default" in prop else "required"
+        lines.append(f"| `{key}` | {_cell(_type(prop))} | {default} |")
+    return [*lines, ""]
 
 
 def _type(prop: dict[str, Any]) -> str:

@@ -303,16 +303,32 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
 
 def recipe_json_schema() -> dict[str, Any]:
     """The JSON Schema of a recipe: ``data``, ``train`` and ``eval`` in full (types, ranges,
-    defaults); ``model`` names its architectures (its other keys are the constructor's arguments)."""
+    defaults); ``model`` names its architectures and, per architecture (``if``/``then``), the keys of
+    its constructor (unet where ``architecture`` is left out)."""
     from pydantic import BaseModel, ConfigDict, Field
 
-    from upzoo.models.factory import ARCHITECTURES
+    from upzoo.models.factory import ARCHITECTURES, architecture_info
+    from upzoo.validation import kwargs_json_schema
+
+    per_architecture = []
+    for name in ARCHITECTURES.names():
+        keys = kwargs_json_schema(architecture_info(name).builder)
+        keys["properties"] = {"architecture": {"const": name}, **keys["properties"]}
+        if name in ("unet", "through_plane_unet"):  # strides: auto, planned from the voxel spacing (ModelSpec)
+            keys["properties"]["strides"] = {"anyOf": [keys["properties"]["strides"], {"const": "auto"}]}
+        condition = {"properties": {"architecture": {"const": name}}}
+        if name != "unet":  # a model without architecture is a unet
+            condition["required"] = ["architecture"]
+        per_architecture.append({"if": condition, "then": keys})
 
     class RecipeSchema(BaseModel):
         model_config = ConfigDict(extra="forbid", title="upzoo recipe")
         model: dict[str, Any] = Field(
             description="architecture plus the keyword arguments of its constructor (see docs/recipes.md)",
-            json_schema_extra={"properties": {"architecture": {"enum": ARCHITECTURES.names(), "default": "unet"}}},
+            json_schema_extra={
+                "properties": {"architecture": {"enum": ARCHITECTURES.names(), "default": "unet"}},
+                "allOf": per_architecture,
+            },
         )
         data: DataConfig = Field(default_factory=DataConfig)
         train: TrainConfig = Field(default_factory=TrainConfig)

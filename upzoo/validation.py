@@ -26,6 +26,7 @@ __all__ = [
     "describe_type",
     "check_value",
     "validate_kwargs",
+    "kwargs_json_schema",
     "type_hints",
     "config_error",
     "positional_deprecated",
@@ -139,6 +140,27 @@ def validate_kwargs(fn: Callable[..., Any], data: Any, path: str, *, fixed: Sequ
     if missing:
         raise ConfigError(f"{path or 'config'}: missing required key(s): {', '.join(missing)}")
     return out
+
+
+def kwargs_json_schema(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The JSON Schema of the keyword arguments :func:`validate_kwargs` takes for ``fn``: one property
+    per parameter (its type where pydantic can state it, its default where JSON holds it), the
+    required ones, and no other key unless ``fn`` takes ``**kwargs``."""
+    signature, hints = inspect.signature(fn), type_hints(fn)
+    properties: dict[str, Any] = {}
+    for name, p in signature.parameters.items():
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        try:
+            prop = TypeAdapter(hints[name]).json_schema() if name in hints else {}
+        except Exception:  # a type JSON cannot state (a module, a callable): any value
+            prop = {}
+        if p.default is not p.empty and isinstance(p.default, (str, int, float, bool, type(None))):
+            prop["default"] = p.default
+        properties[name] = prop
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    required = [n for n, p in signature.parameters.items() if n in properties and p.default is p.empty]
+    return {"properties": properties, "required": required, "additionalProperties": takes_any}
 
 
 def _path(section: str, loc: tuple[Any, ...]) -> str:
