@@ -147,6 +147,23 @@ def test_jbu_kernels_sum_to_one_so_a_stack_keeps_the_features_scale():
         torch.testing.assert_close(lifted, torch.full_like(lifted, 0.7))
 
 
+def test_jbu_with_a_point_kernel_is_bicubic_stage_by_stage():
+    """With the spatial Gaussian narrowed to the centre tap and no fix-up or residual, JBU at x16 is
+    four bicubic x2 steps: the stages, the guide's pooling and the border add nothing of their own."""
+    block = _block("jbu", 16)
+    with torch.no_grad():
+        block.sigma_spatial.fill_(0.05)
+        for layer in (block.kernel_fixup[-1], block.residual):
+            layer.weight.zero_()
+            layer.bias.zero_()
+    x, guide = _pair(block, h=2, w=3, b=1)
+    expected = x
+    for _ in range(4):
+        expected = F.interpolate(expected, scale_factor=2, mode="bicubic", align_corners=False)
+    with torch.no_grad():
+        torch.testing.assert_close(block(x, guide), expected)
+
+
 def test_jbu_is_its_stages_then_the_residual():
     block = _block("jbu", 4)
     x, guide = _pair(block, h=2, w=3, b=1)
