@@ -47,20 +47,42 @@ def prediction_grid(
     palette: np.ndarray,
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
+    class_names: Sequence[str] | None = None,
 ) -> None:
-    """One row per example: image | ground truth | prediction (3D: the middle slice of axis 0)."""
-    from PIL import Image
+    """One row per example under the titles image | ground truth | prediction (3D: the middle slice
+    of axis 0), and a key of the classes shown (their colours and ``class_names``; ignored pixels take
+    the palette's last colour and have no key)."""
+    import matplotlib
 
-    rows = []
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    if not examples:
+        return
+    tiles, shown = [], set()
     for image, mask, pred in examples:
         if image.ndim == 4:  # (C, D, H, W) volume: middle slice
             d = image.shape[1] // 2
             image, mask, pred = image[:, d], mask[d], pred[d]
-        rows.append(np.concatenate([_display(image, mean, std), _colorize(mask, palette), _colorize(pred, palette)], 1))
-    if rows:
-        width = max(r.shape[1] for r in rows)
-        rows = [np.pad(r, ((0, 4), (0, width - r.shape[1]), (0, 0))) for r in rows]
-        Image.fromarray(np.concatenate(rows, 0)).save(path)
+        tiles.append([_display(image, mean, std), _colorize(mask, palette), _colorize(pred, palette)])
+        shown |= {int(v) for v in torch.cat([mask.flatten(), pred.flatten()]).unique() if 0 <= v < len(palette) - 1}
+    height, width = tiles[0][0].shape[:2]
+    side = 2.6 * width / max(height, width) + 0.4
+    fig, axes = plt.subplots(len(tiles), 3, figsize=(3 * side, len(tiles) * side * height / width + 1.6), squeeze=False)
+    for i, row in enumerate(tiles):
+        for j, (tile, title) in enumerate(zip(row, ("image", "ground truth", "prediction"))):
+            axes[i][j].imshow(tile, interpolation="nearest")
+            axes[i][j].set_xticks([]), axes[i][j].set_yticks([])
+            if i == 0:
+                axes[i][j].set_title(title, fontsize=9)
+    names = list(class_names or [str(k) for k in range(len(palette) - 1)])
+    handles = [Patch(facecolor=palette[k] / 255, edgecolor="grey", label=names[k] if k < len(names) else str(k))
+               for k in sorted(shown)]  # fmt: skip
+    fig.legend(handles=handles, loc="lower center", ncol=min(6, max(1, len(handles))), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.04 + 0.03 * math.ceil(len(handles) / 6), 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def plot_curves(
@@ -80,16 +102,18 @@ def plot_curves(
         pts = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) not in (None, "", "nan")]
         return zip(*pts) if pts else ((), ())
 
-    loss_keys = [k for k in ("loss", "loss_d", "loss_g") if rows and k in rows[0]]
-    metrics = [m for m in metrics if m not in loss_keys]  # the losses have their own panel
+    loss_keys = [k for k in ("loss", "loss_d", "loss_g") if any(r.get(k) not in (None, "", "nan") for r in rows)]
+    metrics = [m for m in metrics if m not in ("loss", "loss_d", "loss_g")]  # the losses have their own panel
     fig, axes = plt.subplots(1, 1 + len(metrics), figsize=(4.2 * (1 + len(metrics)), 3.6), squeeze=False)
     axes = axes[0]
     for key in loss_keys:
         steps, values = series(key)
         axes[0].plot(steps, values, label=key)
     axes[0].set_xlabel("step")
+    axes[0].set_ylabel("loss")
     axes[0].set_title("training loss")
-    axes[0].legend()
+    if loss_keys:
+        axes[0].legend()
     for axis, key in zip(axes[1:], metrics):
         steps, values = series(key)
         axis.plot(steps, values, marker="o", label="this run")
@@ -98,10 +122,27 @@ def plot_curves(
             axis.axhline(value, color="grey", linestyle="--", label=f"{label} ({value:.4g})")
             axis.legend(fontsize=8)
         axis.set_xlabel("step")
-        axis.set_title(key)
+        axis.set_ylabel(curve_label(key))
+        axis.set_title(f"{curve_label(key)} (validation)" if key.startswith("val_") else curve_label(key))
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+#: How a metrics.csv column reads in a figure (the others: the name without ``val_``, spaces for ``_``).
+CURVE_LABELS = {
+    "miou": "mIoU", "psnr_y": "PSNR Y (dB)", "psnr": "PSNR (dB)", "ssim_y": "SSIM Y", "ssim": "SSIM",
+    "psnr_rgb": "PSNR RGB (dB)", "swd": "SWD", "kid": "KID", "fd": "FD", "dice": "mean Dice",
+    "gm_dice": "grey-matter Dice", "hd95": "HD95 (mm)", "gm_hd95": "grey-matter HD95 (mm)",
+    "boundary_iou": "Boundary IoU", "boundary_fscore": "boundary F", "cosine": "cosine to the full features",
+    "pixel_accuracy": "pixel accuracy", "mean_dice": "mean Dice",
+}  # fmt: skip
+
+
+def curve_label(key: str) -> str:
+    """``val_psnr_y`` -> ``PSNR Y (dB)``: a metrics.csv column as a person reads it."""
+    name = key.removeprefix("val_")
+    return CURVE_LABELS.get(name, name.replace("_", " "))
 
 
 def titled_grid(

@@ -183,7 +183,12 @@ class SegmentationTask(Task):
         if ctx.is_main:
             run = ctx.run_path
             prediction_grid(
-                examples, run / "predictions.png", palette=self.palette, mean=self.prepared.mean, std=self.prepared.std
+                examples,
+                run / "predictions.png",
+                palette=self.palette,
+                mean=self.prepared.mean,
+                std=self.prepared.std,
+                class_names=self.prepared.data.class_names,
             )
         return {
             "val_miou": metrics["miou"],
