@@ -36,6 +36,20 @@ def test_the_template_keeps_nibabels_geometry(brain):
     assert brain.t1.dtype == np.float32 and 0 <= brain.t1.min() and brain.t1.max() <= 1
 
 
+def test_the_template_is_its_own_mirror_about_the_midline(brain):
+    """nilearn's wheel ships the symmetric ICBM 2009a template (``..._sym_09a``): the T1, the mask and
+    the labels equal their left-right mirror about x = 0 mm voxel for voxel (x is the last array axis)."""
+    centre = np.linalg.solve(brain.affine, [0.0, 0.0, 0.0, 1.0])[2]  # the x index of x = 0 mm
+    width = brain.t1.shape[2]
+    mirror = np.round(2 * centre - np.arange(width)).astype(int)
+    inside = (mirror >= 0) & (mirror < width)
+    assert centre == pytest.approx(98) and inside.all()  # 197 columns about the middle one
+    for volume in (brain.t1, brain.labels):
+        assert np.array_equal(volume[..., inside], volume[..., mirror[inside]])
+    shifted = np.clip(mirror + 2, 0, width - 1)  # a mirror 1 mm off the midline is not
+    assert not np.array_equal(brain.t1[..., inside], brain.t1[..., shifted[inside]])
+
+
 def test_the_tissue_rule_on_the_template(brain):
     counts = np.bincount(brain.labels.ravel(), minlength=4)
     assert counts.tolist() == [6788750, 160114, 1090888, 635537]  # background, CSF/other, grey, white
