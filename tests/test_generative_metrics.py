@@ -443,6 +443,7 @@ def test_curves_give_each_metric_its_own_scale(tmp_path, monkeypatch):
              "checkerboard": "0.3"} for s in (10, 20)]  # fmt: skip
     plot_curves(rows, tmp_path / "curves.png", ["swd", "spectral_error", "checkerboard"])
     axes = saved["fig"].axes
-    assert [a.get_title() for a in axes] == ["training loss", "swd", "spectral_error", "checkerboard"]
+    assert [a.get_title() for a in axes] == ["training loss", "SWD", "spectral error", "checkerboard"]
+    assert [a.get_ylabel() for a in axes] == ["loss", "SWD", "spectral error", "checkerboard"]
     low, high = axes[3].get_ylim()
     assert high - low < 1  # the checkerboard's own scale, not SWD's
