@@ -363,3 +363,17 @@ def test_surface_metrics_take_a_spacing_as_a_tuple_an_array_or_a_tensor():
     assert float(expected[1]) == pytest.approx(0.8)  # one row of voxels 0.8 mm away
     for spacing in (np.array([5.0, 0.8, 0.8]), torch.tensor([5.0, 0.8, 0.8], dtype=torch.float64), [5, 0.8, 0.8]):
         torch.testing.assert_close(hausdorff95(pred, target, 2, spacing=spacing), expected, rtol=1e-12, atol=0)
+
+
+def test_seeds_to_resolve_is_the_first_count_whose_interval_is_narrow_enough():
+    from scipy.stats import t
+
+    from upzoo.bench.stats import seeds_to_resolve
+
+    for spread, difference in ((0.036, 0.02), (0.0125, 0.02), (0.3, 0.02), (0.0, 0.01)):
+        n = seeds_to_resolve(spread, difference)
+        half = [t.ppf(0.975, k - 1) * spread / k**0.5 for k in (n - 1, n)]
+        assert n >= 2 and half[1] < difference and (n == 2 or half[0] >= difference)
+    assert seeds_to_resolve(0.5, 0.001, most=50) is None
+    with pytest.raises(ValueError, match="difference > 0 expected"):
+        seeds_to_resolve(0.1, 0.0)

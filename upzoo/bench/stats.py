@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["seed_interval", "paired_difference"]
+__all__ = ["seed_interval", "paired_difference", "seeds_to_resolve"]
 
 
 def _t975(n: int) -> float:
@@ -50,3 +50,20 @@ def paired_difference(values: Sequence[float], baseline: Sequence[float]) -> dic
         "diff_high": interval["ci_high"],
         "beyond": outside,
     }
+
+
+def seeds_to_resolve(spread: float, difference: float, *, most: int = 1000) -> int | None:
+    """The fewest seeds whose paired 95 % interval is narrower than ``difference`` on each side, when
+    the per-seed differences spread by ``spread`` (their sample std): the smallest ``n >= 2`` with
+    ``t(0.975, n - 1) * spread / sqrt(n) < difference``. ``None`` beyond ``most``. What a comparison
+    needs before "no block separates" means more than "too few seeds".
+
+    >>> seeds_to_resolve(0.036, 0.02), seeds_to_resolve(0.0125, 0.02)
+    (15, 4)
+    """
+    if not (spread >= 0 and difference > 0):
+        raise ValueError(f"seeds_to_resolve: spread >= 0 and difference > 0 expected, got {spread!r}, {difference!r}")
+    for n in range(2, most + 1):
+        if _t975(n) * spread / math.sqrt(n) < difference:
+            return n
+    return None
