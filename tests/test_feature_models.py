@@ -381,3 +381,18 @@ def test_the_consistency_term_follows_the_authors_training(tmp_path):
     segmentation = small_recipe(tmp_path / "cache", train={"consistency_weight": 0.1})
     with pytest.raises(ConfigError, match=r"train.consistency_weight is read by feature_upsampling recipes only"):
         parse_recipe(segmentation)
+
+
+def test_the_objective_trains_with_the_full_image_as_guide_when_asked(tmp_path):
+    recipe = _feature_recipe(tmp_path / "cache", upsampler="jbu", upsampler_options={"radius": 1})
+    recipe["train"]["feature_guide"] = "image"
+    run = tmp_path / "run"
+    train(parse_recipe(recipe), run, progress=False)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["val"]["guide"] == "image" and -1 <= summary["val"]["cosine"] <= 1
+    recipe["train"]["feature_guide"] = "full"
+    with pytest.raises(ConfigError, match=r"train.feature_guide: expected one of 'pooled', 'image', got 'full'"):
+        parse_recipe(recipe)
+    segmentation = small_recipe(tmp_path / "cache", train={"feature_guide": "image"})
+    with pytest.raises(ConfigError, match=r"train.feature_guide is read by feature_upsampling recipes only"):
+        parse_recipe(segmentation)
