@@ -314,3 +314,37 @@ def test_the_comparison_table_says_where_its_numbers_came_from():
         "- speed and memory measured on: Xeon",
     ]
     assert machine_lines([{}])[: len("- trained on: not recorded")] == "- trained on: not recorded"
+
+
+def test_instruction_sets_come_from_the_cpus_own_flags():
+    from upzoo.machine import cpu_flags, instruction_sets
+
+    epyc = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse4_1 avx2 fma avx512f avx512_bf16 avx512vl\n"
+    sapphire = "flags\t\t: avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n"
+    older = "flags\t\t: sse4_1 avx avx2 fma\n"
+    graviton = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes\n"
+    assert instruction_sets(cpu_flags(epyc)) == ["avx2", "avx512", "avx512_bf16"]
+    assert instruction_sets(cpu_flags(sapphire)) == ["avx2", "avx512", "avx512_bf16", "amx"]
+    assert instruction_sets(cpu_flags(older)) == ["avx2"]
+    assert instruction_sets(cpu_flags(graviton)) == ["neon"]
+    assert instruction_sets(cpu_flags("no flags here")) == []
+
+
+def test_upzoo_device_prints_the_machine_record_and_the_defaults(monkeypatch):
+    from conftest import run_cli
+    from upzoo.machine import instruction_sets, machine_record
+
+    result = run_cli("device", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["machine"]["isa"] == instruction_sets() and report["machine"]["cpu"] == machine_record()["cpu"]
+    assert report["runtimes"]["onnxruntime"] == __import__("onnxruntime").__version__
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert report["defaults"]["train"]["device"] == report["defaults"]["predict"]["device"] == expected
+    native = bool({"avx512_bf16", "amx"} & set(instruction_sets())) or torch.cuda.is_available()
+    assert report["defaults"]["train"]["bf16_native"] is native
+    text = run_cli("device").stdout
+    assert text.startswith("CPU          ") and "instructions AVX2 " in text and "predict      device" in text
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    capped = json.loads(run_cli("device", "--json").stdout)
+    assert capped["defaults"]["train"]["bf16_native"] is (native and torch.cuda.is_available())

@@ -16,7 +16,20 @@ from typing import Any
 
 import torch
 
-__all__ = ["machine_record", "machine_kind", "cpu_name"]
+__all__ = ["machine_record", "machine_kind", "cpu_name", "instruction_sets", "installed_runtimes", "RUNTIMES"]
+
+#: The instruction sets that decide which kernels (and precisions) run fast: name -> the cpuinfo flags
+#: that must all be present (x86 ``flags``; ARM ``Features``: ``asimd`` is NEON on AArch64).
+ISA_FLAGS = {
+    "avx2": ("avx2", "fma"),
+    "avx512": ("avx512f",),
+    "avx512_bf16": ("avx512_bf16",),
+    "amx": ("amx_tile", "amx_bf16"),
+    "neon": ("asimd",),
+}
+
+#: The deployment runtimes upzoo looks for (their pip distribution names), none of them imported.
+RUNTIMES = ("onnxruntime", "openvino", "ncnn", "executorch", "ai-edge-litert", "coremltools", "tensorrt")
 
 
 def cpu_name() -> str:
@@ -31,12 +44,53 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The CPU's feature flags from ``cpuinfo`` (the text of ``/proc/cpuinfo``; read here when None):
+    x86's ``flags`` line or ARM's ``Features``; empty where neither is known."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as info:
+                cpuinfo = info.read()
+        except OSError:
+            return set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def instruction_sets(flags: set[str] | None = None) -> list[str]:
+    """Which of :data:`ISA_FLAGS` the CPU has (``flags``: :func:`cpu_flags` when None), in that order.
+
+    >>> instruction_sets({"avx2", "fma", "avx512f", "avx512_bf16"})
+    ['avx2', 'avx512', 'avx512_bf16']
+    """
+    flags = cpu_flags() if flags is None else flags
+    return [name for name, needed in ISA_FLAGS.items() if all(f in flags for f in needed)]
+
+
+def installed_runtimes() -> dict[str, str | None]:
+    """Each of :data:`RUNTIMES` with its installed version, or None (nothing is imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in RUNTIMES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
 def machine_record(device: torch.device | str | None = None) -> dict[str, Any]:
-    """What a figure depends on: CPU model, cores and the threads PyTorch uses, PyTorch and the CPU
-    kernels it dispatches to (``cpu_capability``: ``default``, ``avx2``, ``avx512``; set by
-    ``ATEN_CPU_CAPABILITY``), and for a CUDA ``device`` the GPU's name, CUDA and cuDNN versions."""
+    """What a figure depends on: CPU model, its instruction sets (``isa``: :func:`instruction_sets`),
+    cores and the threads PyTorch uses, PyTorch and the CPU kernels it dispatches to
+    (``cpu_capability``: ``default``, ``avx2``, ``avx512``; set by ``ATEN_CPU_CAPABILITY``), and for a
+    CUDA ``device`` the GPU's name, CUDA and cuDNN versions."""
     record: dict[str, Any] = {
         "cpu": cpu_name(),
+        "isa": instruction_sets(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability().lower(),
         "cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
