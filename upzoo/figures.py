@@ -87,12 +87,12 @@ def prediction_grid(
 
 def plot_curves(
     rows: list[dict[str, str]], path: str | Path, metrics: Sequence[str],
-    baselines: dict[str, tuple[str, float]] | None = None,
+    baselines: dict[str, tuple[str, float] | list[tuple[str, float]]] | None = None,
 ) -> None:  # fmt: skip
     """Training loss and each validation metric against the step, every metric in a panel of its
     own (a generator's SWD in the hundreds, spectral error in tens and checkerboard in tenths each
-    keep a readable scale); ``baselines`` draws a labelled reference line in a metric's panel
-    (bicubic's PSNR beside the network's)."""
+    keep a readable scale); ``baselines`` draws a labelled reference line (or two: a list) in a
+    metric's panel (bicubic's PSNR beside the network's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -117,9 +117,10 @@ def plot_curves(
     for axis, key in zip(axes[1:], metrics):
         steps, values = series(key)
         axis.plot(steps, values, marker="o", label="this run")
-        if key in (baselines or {}):
-            label, value = baselines[key]
-            axis.axhline(value, color="grey", linestyle="--", label=f"{label} ({value:.4g})")
+        references = (baselines or {}).get(key, [])
+        for (label, value), style in zip([references] if isinstance(references, tuple) else references, ("--", ":")):
+            axis.axhline(value, color="grey", linestyle=style, label=f"{label} ({value:.4g})")
+        if references:
             axis.legend(fontsize=8)
         axis.set_xlabel("step")
         axis.set_ylabel(curve_label(key))

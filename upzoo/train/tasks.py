@@ -37,7 +37,7 @@ class Task:
     def __init__(self, prepared: Prepared) -> None:
         self.prepared = prepared
         self.modules: dict[str, nn.Module] = {}
-        self.curve_baselines: dict[str, tuple[str, float]] = {}
+        self.curve_baselines: dict[str, tuple[str, float] | list[tuple[str, float]]] = {}
 
     def eval_every(self, cfg: Any) -> int | None:
         return cfg.val_every
