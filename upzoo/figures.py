@@ -108,7 +108,7 @@ def plot_curves(
     axes = axes[0]
     for key in loss_keys:
         steps, values = series(key)
-        axes[0].plot(steps, values, label=key)
+        axes[0].plot(steps, values, label=key, marker="o" if len(steps) < 3 else None)  # one point shows too
     axes[0].set_xlabel("step")
     axes[0].set_ylabel("loss")
     axes[0].set_title("training loss")
@@ -134,7 +134,8 @@ def plot_curves(
 CURVE_LABELS = {
     "miou": "mIoU", "psnr_y": "PSNR Y (dB)", "psnr": "PSNR (dB)", "ssim_y": "SSIM Y", "ssim": "SSIM",
     "psnr_rgb": "PSNR RGB (dB)", "swd": "SWD", "kid": "KID", "fd": "FD", "dice": "mean Dice",
-    "gm_dice": "grey-matter Dice", "hd95": "HD95 (mm)", "gm_hd95": "grey-matter HD95 (mm)",
+    "gm_dice": "grey-matter Dice", "csf_dice": "CSF/other Dice", "wm_dice": "white-matter Dice",
+    "hd95": "HD95 (mm)", "gm_hd95": "grey-matter HD95 (mm)",
     "boundary_iou": "Boundary IoU", "boundary_fscore": "boundary F", "cosine": "cosine to the full features",
     "pixel_accuracy": "pixel accuracy", "mean_dice": "mean Dice",
 }  # fmt: skip
