@@ -131,6 +131,19 @@ MODELS = {
         },
         [(32, 48), (37, 50), (21, 29)],
     ),
+    "unet2d-attention": (
+        {
+            "architecture": "unet",
+            "spatial_dims": 2,
+            "in_channels": 3,
+            "num_classes": 4,
+            "encoder_depth": 3,
+            "channels": [8, 16, 32],
+            "upsampler": "interp_conv",
+            "attention_gates": True,
+        },
+        [(32, 48), (37, 50), (21, 29)],
+    ),
     "unet3d": (
         {
             "architecture": "unet",

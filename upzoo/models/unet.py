@@ -9,9 +9,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from upzoo.checks import check_positive_int
+from upzoo.checks import check_bool, check_positive_int
 from upzoo.errors import ConfigError, ShapeError
 from upzoo.layers import check_input_shape, conv_nd, crop_start, pad_end
+from upzoo.models.attention_gate import AttentionGate
 from upzoo.models.blocks import DoubleConv
 from upzoo.models.checkpointing import checkpointed
 from upzoo.models.encoders import Encoder, create_encoder, stage_scales
@@ -30,7 +31,9 @@ class DecoderStage(nn.Module):
 
     ``(B, C_in, *S), skip (B, C_skip, *S * scale) -> (B, C_out, *S * scale)``. The upsampler keeps
     the channel count, so every upsampler is compared inside the same decoder convolutions; a guided
-    upsampler (FADE, SAPA) takes the skip as its guide.
+    upsampler (FADE, SAPA) takes the skip as its guide. With ``attention``, an
+    :class:`~upzoo.models.attention_gate.AttentionGate` gated by the upsampled features weighs the
+    skip before the concatenation (a stage without a skip has none).
     """
 
     def __init__(
@@ -46,15 +49,20 @@ class DecoderStage(nn.Module):
         norm: str,
         act: str,
         name: str = "decoder stage",
+        attention: bool = False,
     ) -> None:
         super().__init__()
         self.upsample = stage_block(upsampler, upsampler_options, where=name, in_channels=in_channels,
                                     out_channels=in_channels, scale=scale, guide_channels=skip_channels,
                                     spatial_dims=spatial_dims, exact=False)  # fmt: skip
         self.conv = DoubleConv(spatial_dims, in_channels + skip_channels, out_channels, norm=norm, act=act)
+        gated = attention and skip_channels > 0
+        self.attention = AttentionGate(spatial_dims, in_channels, skip_channels, norm=norm) if gated else None
 
     def forward(self, x: torch.Tensor, skip: torch.Tensor | None = None) -> torch.Tensor:
         x = upsample(self.upsample, x, skip)  # a guided block is guided by the skip
+        if skip is not None and self.attention is not None:
+            skip = self.attention(x, skip)  # gated by the upsampled features
         if skip is not None:
             x = torch.cat([x, skip], dim=1)
         return self.conv(x)
@@ -120,6 +128,8 @@ class UNet(nn.Module):
         norm: normalisation of the conv blocks.
         act: activation of the conv blocks.
         checkpointing: gradient checkpointing per encoder and decoder stage while training.
+        attention_gates: an attention gate on every skip (Oktay et al. 2018), gated by the stage's
+            upsampled features (:class:`~upzoo.models.attention_gate.AttentionGate`), after any block.
         deep_supervision: extra 1x1 heads on the decoder stages: ``forward(x, aux=True)`` returns
             ``[main, aux_1, ...]`` (aux outputs at their own, lower resolution); ``forward(x)`` returns
             the main output as every model does (until the next release, a model in training mode
@@ -155,6 +165,7 @@ class UNet(nn.Module):
         input_policy: InputPolicy = "pad",
         checkpointing: bool = False,
         deep_supervision: bool = False,
+        attention_gates: bool = False,
     ) -> None:
         super().__init__()
         _check_arguments(
@@ -174,6 +185,7 @@ class UNet(nn.Module):
             act=act,
         )
 
+        self.attention_gates = check_bool(attention_gates, "attention_gates")
         decoder_channels = self._build_decoder(encoder, upsampler, upsampler_options, decoder_channels, norm, act)
         conv = conv_nd(spatial_dims)
         self.head = conv(decoder_channels[-1], num_classes, kernel_size=1)
@@ -212,7 +224,8 @@ class UNet(nn.Module):
         stages = []
         for index, (i, s, o, sc, name, opt) in enumerate(zip(ins, skips, decoder_channels, scales, names, options)):
             stages.append(DecoderStage(spatial_dims, i, s, o, scale=sc, upsampler=name, upsampler_options=opt,
-                                       norm=norm, act=act, name=f"UNet decoder stage {index}"))  # fmt: skip
+                                       norm=norm, act=act, name=f"UNet decoder stage {index}",
+                                       attention=self.attention_gates))  # fmt: skip
         self.decoder = nn.ModuleList(stages)
         return list(decoder_channels)
 
