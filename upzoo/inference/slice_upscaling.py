@@ -54,7 +54,8 @@ def _read(path: Path, factor: int, thick_peak: float) -> tuple[np.ndarray, float
     thin_affine(image.affine, factor, axis=2)  # axis-aligned, or one line
     scale = 255.0 if image.get_data_dtype() == np.uint8 else float(array.max()) / thick_peak
     if not math.isfinite(scale) or scale <= 0:
-        raise DataError(f"{path}: the volume has no positive voxel (maximum {float(array.max()):g}); nothing to upsample")
+        peak = float(array.max())
+        raise DataError(f"{path}: the volume has no positive voxel (maximum {peak:g}); nothing to upsample")
     return array / scale, scale, image
 
 
