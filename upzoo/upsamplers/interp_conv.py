@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from upzoo.checks import check_odd
 from upzoo.layers import conv_nd, to_ntuple
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
-from upzoo.upsamplers.interpolate import InterpMode, check_interp_mode
+from upzoo.upsamplers.interpolate import InterpMode, check_interp_mode, resize
 
 __all__ = ["InterpConvUpsampler"]
 
@@ -23,7 +22,8 @@ class InterpConvUpsampler(Upsampler):
     ``(B, C_in, *S) -> (B, C_out, *S * scale)``.
 
     Args:
-        mode: ``nearest`` (default), ``nearest-exact``, ``bilinear``/``bicubic`` (2D), ``trilinear`` (3D).
+        mode: ``nearest`` (default), ``nearest-exact``, ``bilinear``/``bicubic`` (2D), ``trilinear`` (3D),
+            ``fourier`` (the spectrum zero-padded: :func:`~upzoo.upsamplers.fourier.fourier_resample`).
         align_corners: as in :func:`torch.nn.functional.interpolate`, smooth modes only.
         kernel_size: odd conv kernel, int or per axis.
         bias: add a learned bias.
@@ -63,8 +63,7 @@ class InterpConvUpsampler(Upsampler):
         )
 
     def upsample(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.interpolate(x, scale_factor=self.scale, mode=self.mode, align_corners=self.align_corners)
-        return self.conv(x)
+        return self.conv(resize(x, self.scale, self.mode, self.align_corners))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, mode={self.mode!r}"

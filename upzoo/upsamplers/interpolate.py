@@ -1,4 +1,4 @@
-"""Parameter-free resize by an integer per-axis scale (nearest, linear, cubic)."""
+"""Parameter-free resize by an integer per-axis scale (nearest, linear, cubic, Fourier)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import torch.nn.functional as F
 from upzoo.errors import ConfigError
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
+from upzoo.upsamplers.fourier import fourier_resample
 
-__all__ = ["InterpolateUpsampler", "InterpMode", "check_interp_mode"]
+__all__ = ["InterpolateUpsampler", "InterpMode", "check_interp_mode", "resize"]
 
-InterpMode = Literal["nearest", "nearest-exact", "bilinear", "bicubic", "trilinear"]
+InterpMode = Literal["nearest", "nearest-exact", "bilinear", "bicubic", "trilinear", "fourier"]
 _MODES_BY_DIMS: dict[int, tuple[str, ...]] = {
-    2: ("nearest", "nearest-exact", "bilinear", "bicubic"),
-    3: ("nearest", "nearest-exact", "trilinear"),
+    2: ("nearest", "nearest-exact", "bilinear", "bicubic", "fourier"),
+    3: ("nearest", "nearest-exact", "trilinear", "fourier"),
 }
 _SMOOTH = ("bilinear", "bicubic", "trilinear")
 
@@ -32,15 +33,25 @@ def check_interp_mode(mode: str, spatial_dims: int, align_corners: bool | None) 
         raise ConfigError(f"align_corners applies to {'/'.join(_SMOOTH)} only, not mode={mode!r}; leave it None")
 
 
+def resize(x: torch.Tensor, scale: tuple[int, ...], mode: str, align_corners: bool | None) -> torch.Tensor:
+    """``x`` resized by ``scale``: :func:`torch.nn.functional.interpolate`, or for ``fourier``
+    :func:`~upzoo.upsamplers.fourier.fourier_resample` (zero-padding the spectrum)."""
+    if mode == "fourier":
+        return fourier_resample(x, scale)
+    return F.interpolate(x, scale_factor=scale, mode=mode, align_corners=align_corners)
+
+
 @register_upsampler("interpolate")
 class InterpolateUpsampler(Upsampler):
-    """Parameter-free resize (nearest, bilinear/bicubic in 2D, trilinear in 3D); keeps the channels.
+    """Parameter-free resize (nearest, bilinear/bicubic in 2D, trilinear in 3D, or Fourier: the
+    spectrum zero-padded, :func:`~upzoo.upsamplers.fourier.fourier_resample`); keeps the channels.
 
     ``(B, C, *S) -> (B, C, *S * scale)``; ``out_channels`` must equal ``in_channels``. This is the
     upsampling of segmentation-models-pytorch's U-Net decoder.
 
     Args:
-        mode: ``nearest``, ``nearest-exact``, ``bilinear``/``bicubic`` (2D) or ``trilinear`` (3D).
+        mode: ``nearest``, ``nearest-exact``, ``bilinear``/``bicubic`` (2D), ``trilinear`` (3D) or
+            ``fourier`` (periodic sinc interpolation, equal to :func:`scipy.signal.resample` per axis).
         align_corners: as in :func:`torch.nn.functional.interpolate`, smooth modes only.
     """
 
@@ -62,7 +73,7 @@ class InterpolateUpsampler(Upsampler):
         self.align_corners = align_corners
 
     def upsample(self, x: torch.Tensor) -> torch.Tensor:
-        return F.interpolate(x, scale_factor=self.scale, mode=self.mode, align_corners=self.align_corners)
+        return resize(x, self.scale, self.mode, self.align_corners)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, mode={self.mode!r}"
