@@ -166,7 +166,7 @@ def test_interp_conv_equals_interpolate_then_conv(dims, mode, align):
 
 def test_interp_modes_are_checked_per_dims():
     with pytest.raises(
-        ConfigError, match="mode for 3D must be one of nearest, nearest-exact, trilinear, got 'bilinear'"
+        ConfigError, match="mode for 3D must be one of nearest, nearest-exact, trilinear, fourier, got 'bilinear'"
     ):
         create_upsampler("interp_conv", spatial_dims=3, in_channels=2, out_channels=2, scale=2, mode="bilinear")
     with pytest.raises(ConfigError, match="align_corners applies to"):

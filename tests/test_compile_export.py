@@ -208,6 +208,9 @@ MODELS = {
 }
 
 
+_SLOW_ONNX = ("unet3d", "unet2d-attention")  # 5-10 s each: the default run keeps the 2D U-Net's and the GAN's
+
+
 def _model(key: str):
     torch.manual_seed(0)
     spec, sizes = MODELS[key]
@@ -218,7 +221,8 @@ def _model(key: str):
 
 
 @pytest.mark.parametrize(
-    "key", [pytest.param(k, marks=pytest.mark.slow) if k.startswith("smp-") or k == "unet3d" else k for k in MODELS]
+    "key",
+    [pytest.param(k, marks=pytest.mark.slow) if k.startswith("smp-") or k in _SLOW_ONNX else k for k in MODELS],
 )
 def test_model_onnx_matches_pytorch_at_sizes_that_need_padding(key, tmp_path):
     model, shapes = _model(key)

@@ -32,9 +32,12 @@ def kmeans_thresholds(values: np.ndarray, classes: int = 4, iterations: int = 10
     foreground = values[values > 0.05 * values.max()]  # intensities: the background near 0 (or below: overshoot)
     quantiles = np.linspace(0.15, 0.85, classes - 1) if classes > 2 else [0.5]
     centres = np.array([values.min(), *np.quantile(foreground, quantiles)])
+    ordered = np.sort(values)  # in 1D each class is a run of the sorted values: means from prefix sums
+    sums = np.concatenate([[0.0], np.cumsum(ordered)])
     for _ in range(iterations):
-        assign = np.digitize(values, (centres[1:] + centres[:-1]) / 2)
-        moved = np.array([values[assign == k].mean() if (assign == k).any() else centres[k] for k in range(classes)])
+        edges = np.concatenate([[0], np.searchsorted(ordered, (centres[1:] + centres[:-1]) / 2), [len(ordered)]])
+        counts = np.diff(edges)
+        moved = np.where(counts > 0, np.diff(sums[edges]) / np.maximum(counts, 1), centres)
         if np.allclose(moved, centres, rtol=0, atol=1e-9):
             break
         centres = np.sort(moved)
