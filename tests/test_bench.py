@@ -278,3 +278,18 @@ def test_a_generators_speed_column_is_per_generated_image():
            "peak_train_mib": 2, "params": 370723, "gflops": 0.01, "input": [1, 100]}  # fmt: skip
     assert "ms / generated image" in display_rows([row])[1]
     assert "ms / image (64x96)" in display_rows([row | {"input": [1, 3, 64, 96]}])[1]
+
+
+def test_a_tissue_comparison_shows_the_label_free_baseline_and_the_oracle():
+    from upzoo.bench.collect import _reference
+
+    keys = ("dice", "gm_dice")
+    summary = {"val": {"dice": 0.84, "gm_dice": 0.90, "kmeans_dice": 0.846, "kmeans_gm_dice": 0.872,
+                       "oracle_dice": 0.864, "oracle_gm_dice": 0.917}}  # fmt: skip
+    rows = _reference("through_plane_segmentation", [summary], keys)
+    assert rows == [
+        {"label": "label-free k-means of cubic-interpolated T1", "dice": 0.846, "gm_dice": 0.872},
+        {"label": "oracle thick-grid labels (true slab majority)", "dice": 0.864, "gm_dice": 0.917},
+    ]
+    older = {"val": {"dice": 0.8, "gm_dice": 0.85, "thick_dice": 0.864, "thick_gm_dice": 0.917}}  # before k-means
+    assert _reference("through_plane_segmentation", [older], keys) == rows[1]
