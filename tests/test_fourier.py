@@ -28,7 +28,7 @@ def test_equals_scipys_resample_axis_by_axis(shape, scale):
         expected = resample(expected, expected.shape[axis] * factor, axis=axis)
     np.testing.assert_allclose(fourier_resample(x, scale).numpy(), expected, rtol=0, atol=1e-12)
     got32 = fourier_resample(x.float(), scale).double().numpy()
-    np.testing.assert_allclose(got32, expected, rtol=0, atol=1e-5)  # float32: FFT round-off only
+    np.testing.assert_allclose(got32, expected, rtol=1e-5, atol=2e-5)  # float32: FFT round-off only
 
 
 def test_band_limited_signals_come_back_exactly_and_samples_are_kept():

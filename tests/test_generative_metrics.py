@@ -447,3 +447,25 @@ def test_curves_give_each_metric_its_own_scale(tmp_path, monkeypatch):
     assert [a.get_ylabel() for a in axes] == ["loss", "SWD", "spectral error", "checkerboard"]
     low, high = axes[3].get_ylim()
     assert high - low < 1  # the checkerboard's own scale, not SWD's
+
+
+def test_prediction_grids_title_their_columns_and_key_the_classes_shown(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from upzoo.figures import class_palette, prediction_grid
+
+    saved = {}
+    monkeypatch.setattr(plt.Figure, "savefig", lambda fig, path, **kw: saved.setdefault("fig", fig))
+    mask = torch.zeros(8, 16, dtype=torch.long)
+    mask[:, 8:] = 2
+    prediction = torch.ones(8, 16, dtype=torch.long)
+    prediction[0, 0] = 255  # ignored: no key
+    names = ["road", "sidewalk", "building", "wall"]
+    prediction_grid([(torch.rand(3, 8, 16), mask, prediction)], tmp_path / "p.png", palette=class_palette(4),
+                    class_names=names)  # fmt: skip
+    figure = saved["fig"]
+    assert [a.get_title() for a in figure.axes] == ["image", "ground truth", "prediction"]
+    assert [t.get_text() for t in figure.legends[0].get_texts()] == ["road", "sidewalk", "building"]

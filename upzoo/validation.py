@@ -155,6 +155,8 @@ def kwargs_json_schema(fn: Callable[..., Any]) -> dict[str, Any]:
             prop = TypeAdapter(hints[name]).json_schema() if name in hints else {}
         except Exception:  # a type JSON cannot state (a module, a callable): any value
             prop = {}
+        if "$defs" in prop or "$ref" in str(prop):  # its references would resolve against the recipe's root
+            prop = {}
         if p.default is not p.empty and isinstance(p.default, (str, int, float, bool, type(None))):
             prop["default"] = p.default
         properties[name] = prop

@@ -178,12 +178,13 @@ def _task_result_line(val: dict) -> str | None:
             f"{val['cosine_bilinear']:.4f} ({val['cosine'] - val['cosine_bilinear']:+.4f}; mean over the ratios)"
         )
     if "cubic_psnr" in val:
-        baselines = {"linear": val["linear_psnr"], "cubic": val["cubic_psnr"], "B-spline": val["bspline_psnr"]}
-        best = max(baselines, key=baselines.get)
+        from upzoo.train.through_plane import best_interpolation
+
+        best, value = best_interpolation(val, "psnr")
         return (
             f"val PSNR {val['psnr']:.4f} dB, SSIM {val['ssim']:.4f} in the brain beside linear "
             f"{val['linear_psnr']:.4f} dB, cubic {val['cubic_psnr']:.4f} dB, B-spline {val['bspline_psnr']:.4f} dB "
-            f"({val['psnr'] - baselines[best]:+.4f} dB against {best}, the best baseline; x{val['factor']} "
+            f"({val['psnr'] - value:+.4f} dB against {best}, the best baseline; x{val['factor']} "
             f"through-plane, {val['block']})"
         )
     if "oracle_gm_dice" in val:
@@ -317,15 +318,10 @@ def _tissue_table(result: dict) -> str:
     Dice; then the run's result line."""
     from upzoo.tables import render_table
 
-    rows = []
-    for short, name in (("csf", "CSF/other"), ("gm", "grey matter"), ("wm", "white matter")):
-        row = {"tissue": name, "Dice": result[f"{short}_dice"], "HD95 (mm)": result[f"{short}_hd95"],
-               "surface Dice": result[f"{short}_surface_dice"], "k-means Dice": result[f"kmeans_{short}_dice"],
-               "oracle Dice": result[f"oracle_{short}_dice"]}  # fmt: skip
-        rows.append(row)
-    rows.append({"tissue": "mean", "Dice": result["dice"], "HD95 (mm)": result["hd95"],
-                 "surface Dice": result["surface_dice"], "k-means Dice": result["kmeans_dice"],
-                 "oracle Dice": result["oracle_dice"]})  # fmt: skip
+    tissues = (("csf_", "CSF/other"), ("gm_", "grey matter"), ("wm_", "white matter"), ("", "mean"))
+    rows = [{"tissue": name, "Dice": result[f"{p}dice"], "HD95 (mm)": result[f"{p}hd95"],
+             "surface Dice": result[f"{p}surface_dice"], "k-means Dice": result[f"kmeans_{p}dice"],
+             "oracle Dice": result[f"oracle_{p}dice"]} for p, name in tissues]  # fmt: skip
     return f"{render_table(rows, list(rows[0]))}\n\n{_task_result_line(result)}"
 
 

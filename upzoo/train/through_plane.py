@@ -74,8 +74,9 @@ def evaluate_through_plane(
     return metrics, volumes
 
 
-def _best_interpolation(metrics: dict[str, Any], key: str) -> tuple[str, float]:
-    """The strongest interpolation baseline on ``key`` (the B-spline on the template): the line a curve must pass."""
+def best_interpolation(metrics: dict[str, Any], key: str) -> tuple[str, float]:
+    """The strongest interpolation baseline on ``key`` and its value (the B-spline on the template): the
+    line a curve must pass, and what a run's last line states its gain against."""
     names = {"linear": "linear", "cubic": "cubic", "bspline": "B-spline"}
     best = max(names, key=lambda m: metrics[f"{m}_{key}"])
     return names[best], metrics[f"{best}_{key}"]
@@ -126,7 +127,7 @@ class ThroughPlaneTask(Task):
         )
         self.last = metrics
         self.baselines = {k: v for k, v in metrics.items() if k.split("_")[0] in SLICE_INTERPOLATIONS}
-        self.curve_baselines = {f"val_{k}": _best_interpolation(metrics, k) for k in METRICS}
+        self.curve_baselines = {f"val_{k}": best_interpolation(metrics, k) for k in METRICS}
         if ctx.is_main:
             through_plane_figure(volumes, metrics, ctx.run_path / "predictions.png")
         return {f"val_{k}": metrics[k] for k in METRICS}

@@ -26,13 +26,12 @@ def kmeans_thresholds(values: np.ndarray, classes: int = 4, iterations: int = 10
     Raises:
         DataError: values that are not finite, or fewer distinct values than classes.
     """
-    values = np.asarray(values, dtype=np.float64).ravel()
-    if not np.isfinite(values).all() or len(np.unique(values)) < classes:
+    ordered = np.sort(np.asarray(values, dtype=np.float64).ravel())  # each class a run of it: prefix-sum means
+    if not np.isfinite(ordered).all() or np.count_nonzero(np.diff(ordered)) + 1 < classes:
         raise DataError(f"kmeans_thresholds: {classes} classes need {classes} distinct finite values")
-    foreground = values[values > 0.05 * values.max()]  # intensities: the background near 0 (or below: overshoot)
+    foreground = ordered[ordered > 0.05 * ordered[-1]]  # intensities: the background near 0 (or below: overshoot)
     quantiles = np.linspace(0.15, 0.85, classes - 1) if classes > 2 else [0.5]
-    centres = np.array([values.min(), *np.quantile(foreground, quantiles)])
-    ordered = np.sort(values)  # in 1D each class is a run of the sorted values: means from prefix sums
+    centres = np.array([ordered[0], *np.quantile(foreground, quantiles)])
     sums = np.concatenate([[0.0], np.cumsum(ordered)])
     for _ in range(iterations):
         edges = np.concatenate([[0], np.searchsorted(ordered, (centres[1:] + centres[:-1]) / 2), [len(ordered)]])
