@@ -179,3 +179,24 @@ def test_a_rank_refusing_its_setting_under_nproc_is_one_line_and_no_launcher_tra
     assert result.stderr.count("error: data.batch_size 4 is larger than this rank's share of the 1 training") == 2
     assert "upzoo train: ranks 0, 1 of the group stopped (exit code 1); the message above says why" in result.stderr
     assert "Traceback" not in result.stderr and "ChildFailedError" not in result.stderr
+
+
+@pytest.mark.parametrize("codes", [{0: -15, 1: 1}, {0: 1, 1: -15}, {0: 1, 1: 1}])
+def test_the_launcher_reports_the_code_of_the_rank_that_stopped_not_of_the_one_it_ended(monkeypatch, capsys, codes):
+    """torchrun ends the other ranks with SIGTERM once one exits: whichever rank comes first, the exit code
+    and the line are those of the rank that stopped by itself."""
+    import torch.distributed.run as launcher
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from upzoo.cli import torchrun
+
+    def run(_args):
+        failures = {rank: ProcessFailure(rank, 100 + rank, code, "<N/A>") for rank, code in codes.items()}
+        raise ChildFailedError("upzoo", failures)
+
+    monkeypatch.setattr(launcher, "run", run)
+    monkeypatch.setattr(launcher, "parse_args", lambda argv: argv)
+    assert torchrun.main([]) == 1
+    assert capsys.readouterr().err == (
+        "upzoo train: ranks 0, 1 of the group stopped (exit code 1); the message above says why\n"
+    )

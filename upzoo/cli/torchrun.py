@@ -12,7 +12,8 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run torchrun with ``argv``; 0 when every rank finished, else the first failed rank's exit code."""
+    """Run torchrun with ``argv``; 0 when every rank finished, else the exit code of the first rank that
+    stopped by itself (the launcher ends the others with SIGTERM, which they report as -15)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
@@ -21,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
         run(parse_args(sys.argv[1:] if argv is None else argv))
     except ChildFailedError as error:
         failed = sorted(error.failures)
-        code = error.failures[failed[0]].exitcode
+        codes = [error.failures[rank].exitcode for rank in failed]
+        code = next((code for code in codes if code > 0), codes[0])
         ranks = ("ranks " if len(failed) > 1 else "rank ") + ", ".join(str(rank) for rank in failed)
         print(f"upzoo train: {ranks} of the group stopped (exit code {code}); the message above says why",
               file=sys.stderr)  # fmt: skip
