@@ -10,6 +10,7 @@ from torch import nn
 
 from upzoo.checks import check_bool
 from upzoo.errors import ConfigError, RegistryError
+from upzoo.models.compact_sr import SPAN, SRVGGNetCompact, UpConv7
 from upzoo.models.dcgan import DCGANDiscriminator, DCGANGenerator
 from upzoo.models.feature_models import FeatureUpsampler, LinearProbe
 from upzoo.models.pggan import PGGANGenerator
@@ -134,7 +135,8 @@ for _name, _builder in {"unet": UNet, "smp_unet": smp_unet, "smp_fpn": smp_fpn, 
                         "smp_segformer": smp_segformer, "smp_deeplabv3plus": smp_deeplabv3plus,
                         "linear_probe": LinearProbe}.items():  # fmt: skip
     register_architecture(_name, _builder, frozen_backbone=_name == "linear_probe")
-for _name, _builder in {"espcn": ESPCN, "edsr": EDSR, "rrdbnet": RRDBNet}.items():
+for _name, _builder in {"espcn": ESPCN, "edsr": EDSR, "rrdbnet": RRDBNet, "srvgg_compact": SRVGGNetCompact,
+                        "upconv7": UpConv7, "span": SPAN}.items():  # fmt: skip
     register_architecture(_name, _builder, task="super_resolution")
 register_architecture("dcgan", DCGANGenerator, task="gan", latent_input=True)
 register_architecture("feature_upsampler", FeatureUpsampler, task="feature_upsampling", frozen_backbone=True)
