@@ -281,7 +281,14 @@ def test_architectures_share_the_blocks_registry_listing_and_plugins(monkeypatch
     from upzoo.models.factory import ARCHITECTURES, architecture_info
 
     assert list_architectures("*gan*") == ["dcgan", "pggan"]
-    assert list_architectures(task="super_resolution") == ["edsr", "espcn", "rrdbnet", "span", "srvgg_compact", "upconv7"]
+    assert list_architectures(task="super_resolution") == [
+        "edsr",
+        "espcn",
+        "rrdbnet",
+        "span",
+        "srvgg_compact",
+        "upconv7",
+    ]
 
     def plugin_net(*, width: int = 2) -> nn.Module:
         return nn.Conv2d(3, width, 1)

@@ -206,3 +206,81 @@ def test_span_and_the_compact_network_check_their_arguments():
         SPAN(scale=2, in_channels=1)
     with pytest.raises(ConfigError, match=r"scale must be one of 2, 3, 4, 8, got 5"):
         SRVGGNetCompact(scale=5)
+
+
+# -- using them: tiles, the command, what the input was ------------------------------------------------
+
+
+@needs_wheels
+@pytest.mark.parametrize("name", ["realesr-animevideov3-x3", "span-x4-ch48", "waifu2x-upconv7-photo-x2"])
+def test_tiles_with_the_declared_radius_as_halo_equal_the_whole_output(name, photo):
+    from upzoo.inference import upscale
+
+    network = load_sr_weights(name)
+    radius = network.receptive_radius_bound
+    assert radius == {"realesr-animevideov3-x3": 20, "span-x4-ch48": 21, "waifu2x-upconv7-photo-x2": 7}[name]
+    image = photo[:, :36, :36]
+    whole = upscale(network, image, network.scale)
+    tiled = upscale(network, image, network.scale, tile=2 * radius + 6 if radius > 10 else 20)
+    assert (tiled - whole).abs().max() <= 1e-5
+
+
+def _png(path: Path, array: np.ndarray) -> Path:
+    from PIL import Image
+
+    Image.fromarray(array).save(path)
+    return path
+
+
+@needs_wheels
+def test_upscale_writes_gray_as_gray_and_keeps_the_alpha_channel(tmp_path, photo):
+    from PIL import Image
+
+    from upzoo.cli import main
+
+    rgb = (photo[:, :20, :24].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+    alpha = np.tile(np.linspace(0, 255, 24).round().astype(np.uint8), (20, 1))
+    _png(tmp_path / "gray.png", rgb[..., 0])
+    _png(tmp_path / "rgba.png", np.dstack([rgb, alpha]))
+    main(["upscale", "waifu2x-upconv7-photo-x2", str(tmp_path / "gray.png"), str(tmp_path / "rgba.png"),
+          "--out", str(tmp_path / "out"), "--no-progress"])  # fmt: skip
+    gray, rgba = (Image.open(tmp_path / "out" / f"{n}.png") for n in ("gray", "rgba"))
+    assert (gray.mode, gray.size, rgba.mode, rgba.size) == ("L", (48, 40), "RGBA", (48, 40))
+    bicubic = torch.nn.functional.interpolate(torch.from_numpy(alpha).float()[None, None] / 255, scale_factor=2,
+                                              mode="bicubic", align_corners=False)  # fmt: skip
+    expected = (bicubic.clamp(0, 1)[0, 0] * 255).round().numpy()
+    assert np.abs(np.array(rgba)[..., 3].astype(float) - expected).max() <= 1
+    notes = (tmp_path / "out" / "predictions.csv").read_text()
+    assert "grayscale: upscaled as RGB, written as luma" in notes and "alpha: upscaled bicubically" in notes
+
+
+@needs_wheels
+def test_upscale_says_it_verified_against_ncnn_and_refuses_missing_arguments(tmp_path, photo, capsys):
+    from upzoo.cli import main
+
+    rgb = (photo.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+    source = _png(tmp_path / "a.png", rgb)
+    main(["upscale", "span-x2-ch48", str(source), "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert "verified against ncnn's runtime on a 32x32 crop of" in err and "max |diff|" in err
+    with pytest.raises(SystemExit) as code:
+        main(["upscale", "span-x2-ch48", "--out", str(tmp_path / "out")])
+    assert code.value.code == 2
+    assert "error: upzoo upscale needs WEIGHTS, at least one INPUT and --out" in capsys.readouterr().err
+
+
+@needs_wheels
+def test_an_image_too_large_to_upscale_whole_is_refused_before_work(tmp_path, photo, monkeypatch):
+    import psutil
+
+    from upzoo.inference.file_upscaling import Upscaler, upscale_files, whole_image_bytes
+
+    network = load_sr_weights("realesr-animevideov3-x4")
+    upscaler = Upscaler(network, 3, 4)
+    assert whole_image_bytes(upscaler, 64, 64) == 4 * whole_image_bytes(upscaler, 32, 32) > 0
+    source = _png(tmp_path / "a.png", (photo.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8))
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("M", (), {"available": 2**20})())
+    with pytest.raises(ConfigError, match=r"a.png: upscaling this 40x36 image whole needs about \d+ MiB, 1 MiB "
+                       r"are free; pass --tile 256"):  # fmt: skip
+        upscale_files(upscaler, [source], tmp_path / "out", progress=False)
+    assert not (tmp_path / "out" / "a.png").exists()

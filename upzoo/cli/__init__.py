@@ -12,7 +12,7 @@ import warnings
 
 import click
 
-from upzoo.cli import bench, device, predict_sample_export, recipe, shapes, train  # noqa: F401  (registers the commands)
+from upzoo.cli import bench, device, predict_sample_export, recipe, shapes, train, upscale  # noqa: F401  (registers)
 from upzoo.cli.group import cli
 from upzoo.errors import UpzooError, UsageError, one_line
 

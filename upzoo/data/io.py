@@ -23,7 +23,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from upzoo.errors import DataError
 
-__all__ = ["read_image", "read_label", "write_png", "pixels_to_unit"]
+__all__ = ["read_image", "read_label", "write_png", "pixels_to_unit", "read_alpha_and_gray"]
 
 _EIGHT_BIT = ("L", "LA", "RGB", "RGBA", "RGBX", "CMYK", "YCbCr", "LAB", "HSV", "1", "P", "PA", "La", "RGBa")
 
@@ -144,6 +144,24 @@ def read_image(path: str | Path, channels: int = 3) -> np.ndarray:
         raise DataError(f"{path}: image mode {img.mode!r} is not read; save it as 8- or 16-bit grayscale or RGB")
     gray = img.mode in ("1", "L", "LA", "La")  # palette, alpha and other colour modes become RGB
     return _with_channels(np.array(img.convert("L" if gray else "RGB")), channels, path)
+
+
+def read_alpha_and_gray(path: str | Path) -> tuple[np.ndarray | None, bool]:
+    """What :func:`read_image` leaves out of an image: its alpha channel (``(H, W)`` uint8, oriented
+    as the pixels; ``None`` without one) and whether it is grayscale. Files only PIL cannot open
+    (some TIFFs) count as opaque colour images.
+    """
+    try:
+        img = _open(Path(path))
+    except DataError:
+        return None, False
+    try:
+        img = ImageOps.exif_transpose(img)
+    except Exception:  # a damaged EXIF block: as read_image
+        pass
+    gray = img.mode in ("1", "L", "LA", "La", "I", "F") or img.mode.startswith("I;16")
+    has_alpha = img.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in img.info
+    return (np.array(img.convert("RGBA"))[..., 3] if has_alpha else None), gray
 
 
 def read_label(path: str | Path) -> np.ndarray:

@@ -46,10 +46,16 @@ def receptive_radius(model: nn.Module, channels: int, scale: int) -> int:
     per model until its weights change in place (their version counters), so repeated ``upscale``
     calls measure once.
 
+    A model that declares ``receptive_radius_bound`` (an int: the networks with shipped weights,
+    whose fields are hundreds of pixels wide, too costly to probe) is taken at its word.
+
     Raises:
         ConfigError: a field wider than 1024 input pixels (a model with a global operation cannot
             be tiled exactly).
     """
+    declared = getattr(model, "receptive_radius_bound", None)
+    if isinstance(declared, int):
+        return declared
     key = (channels, scale, tuple(t._version for t in model.state_dict(keep_vars=True).values()))
     known = _RADII.setdefault(model, {})
     if key not in known:
@@ -160,23 +166,26 @@ def upscale(
 
 @torch.no_grad()
 def tiled_output(
-    model: nn.Module, image: torch.Tensor, scale: int, tile: int | None, halo: int, device: torch.device
-) -> torch.Tensor:
+    model: nn.Module, image: torch.Tensor, scale: int, tile: int | None, halo: int, device: torch.device,
+    progress: bool = False,
+) -> torch.Tensor:  # fmt: skip
     """:func:`upscale`'s computation on an image and tiling already checked (``upzoo predict``
-    checks them once for all its files)."""
+    checks them once for all its files); ``progress`` shows a bar over the tiles."""
+    from tqdm import tqdm
+
     height, width = image.shape[-2:]
     if tile is None or (height <= tile and width <= tile):
         return model(image[None].to(device)).float().cpu()[0]
     core = tile - 2 * halo
     out = torch.empty(image.shape[0], height * scale, width * scale)
-    for top in _tile_starts(height, core):
-        for left in _tile_starts(width, core):
-            y0, x0 = max(top - halo, 0), max(left - halo, 0)
-            y1, x1 = min(top + core + halo, height), min(left + core + halo, width)
-            result = model(image[None, :, y0:y1, x0:x1].to(device)).float().cpu()[0]
-            bottom, right = min(top + core, height), min(left + core, width)
-            keep = result[:, (top - y0) * scale : (bottom - y0) * scale, (left - x0) * scale : (right - x0) * scale]
-            out[:, top * scale : bottom * scale, left * scale : right * scale] = keep
+    corners = [(top, left) for top in _tile_starts(height, core) for left in _tile_starts(width, core)]
+    for top, left in tqdm(corners, desc="tiles", unit="tile", leave=False, disable=not progress):
+        y0, x0 = max(top - halo, 0), max(left - halo, 0)
+        y1, x1 = min(top + core + halo, height), min(left + core + halo, width)
+        result = model(image[None, :, y0:y1, x0:x1].to(device)).float().cpu()[0]
+        bottom, right = min(top + core, height), min(left + core, width)
+        keep = result[:, (top - y0) * scale : (bottom - y0) * scale, (left - x0) * scale : (right - x0) * scale]
+        out[:, top * scale : bottom * scale, left * scale : right * scale] = keep
     return out
 
 
@@ -209,15 +218,18 @@ def read_unit_image(path: Path, channels: int) -> tuple[torch.Tensor, int]:
 
 
 def write_unit_image(path: Path, image: torch.Tensor, bits: int) -> None:
-    """``(C, H, W)`` in [0, 1] (clamped) as an 8- or 16-bit PNG, written atomically."""
+    """``(C, H, W)`` in [0, 1] (clamped; C = 1, 2 (gray + alpha), 3 or 4 (RGBA)) as an 8- or 16-bit
+    PNG, written atomically."""
     import cv2
 
     from upzoo.runtime import atomic_write
 
     array = image.clamp(0, 1).permute(1, 2, 0).numpy()
     array = np.rint(array * (65535.0 if bits == 16 else 255.0)).astype(np.uint16 if bits == 16 else np.uint8)
-    if array.shape[2] == 3:
-        array = cv2.cvtColor(array, cv2.COLOR_RGB2BGR)
+    if array.shape[2] == 2:  # gray + alpha: PNG has the mode, OpenCV writes it as BGRA
+        array = np.concatenate([np.repeat(array[..., :1], 3, axis=2), array[..., 1:]], axis=2)
+    if array.shape[2] in (3, 4):
+        array = cv2.cvtColor(array, cv2.COLOR_RGB2BGR if array.shape[2] == 3 else cv2.COLOR_RGBA2BGRA)
 
     def save(tmp: Path) -> None:
         ok, encoded = cv2.imencode(".png", array[..., 0] if array.shape[2] == 1 else array)

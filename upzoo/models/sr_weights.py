@@ -135,7 +135,19 @@ def network_from_ncnn(param: str | Path) -> nn.Module:
     layers = read_ncnn(param)
     network = _architecture(layers, str(param))
     _fill(network, layers, str(param))
-    return network.eval()
+    network.receptive_radius_bound = receptive_radius_bound(network)
+    return network.eval().requires_grad_(False)
+
+
+def receptive_radius_bound(network: nn.Module) -> int:
+    """An upper bound of how far (input pixels) an output pixel sees, for these networks with their
+    authors' tails: one pixel per tap beyond the centre of every convolution, as if all ran in
+    series at the input resolution (a convolution after an x2 stage reaches at most as far), plus
+    two for the bicubic resize of :class:`DownscaledOutput`. Exact tiling needs this halo; probing
+    a 23-block RRDBNet's field (some 350 pixels) would cost minutes."""
+    convs = [m for m in network.modules() if isinstance(m, nn.Conv2d | nn.ConvTranspose2d)]
+    taps = sum(conv.dilation[0] * (conv.kernel_size[0] - 1) // 2 for conv in convs)
+    return taps + (2 if isinstance(network, DownscaledOutput) else 0)
 
 
 def load_sr_weights(name_or_path: str | Path) -> nn.Module:
