@@ -284,3 +284,33 @@ def test_an_image_too_large_to_upscale_whole_is_refused_before_work(tmp_path, ph
                        r"are free; pass --tile 256"):  # fmt: skip
         upscale_files(upscaler, [source], tmp_path / "out", progress=False)
     assert not (tmp_path / "out" / "a.png").exists()
+
+
+def _onnx_output(path: Path, image: torch.Tensor) -> torch.Tensor:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return torch.from_numpy(session.run(None, {name: image[None].numpy()})[0][0])
+
+
+@needs_wheels
+@pytest.mark.parametrize(
+    "name",
+    ["waifu2x-upconv7-photo-x2",
+     *(pytest.param(n, marks=pytest.mark.slow) for n in ("realesr-animevideov3-x3", "span-x4-ch52",
+                                                         "realesrgan-x4plus-anime"))],
+)  # fmt: skip
+def test_upscale_exports_onnx_that_onnxruntime_runs_as_the_network_on_a_photograph(tmp_path, photo, name, capsys):
+    import onnx
+
+    from upzoo.cli import main
+
+    main(["upscale", name, "--export", str(tmp_path / "net.onnx")])
+    assert "verified with onnxruntime at 2x3x32x32, 1x3x33x27, 3x3x51x45: max |diff|" in capsys.readouterr().out
+    meta = {p.key: p.value for p in onnx.load(str(tmp_path / "net.onnx")).metadata_props}
+    assert (meta["upzoo.weights"], meta["upzoo.task"]) == (name, "super_resolution")
+    network = load_sr_weights(name)
+    with torch.no_grad():
+        expected = network(photo[None])[0]
+    assert (_onnx_output(tmp_path / "net.onnx", photo) - expected).abs().max() <= 1e-4

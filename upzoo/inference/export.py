@@ -17,13 +17,22 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from upzoo.errors import ConfigError, DataError, UpzooError
 from upzoo.runs.trained_model import LoadedModel
 from upzoo.runtime import atomic_write, main_output
 
-__all__ = ["ExportError", "export_model", "check_sizes", "verification_input", "threshold_margin", "TOLERANCE"]
+__all__ = [
+    "ExportError",
+    "export_model",
+    "export_network",
+    "check_sizes",
+    "verification_input",
+    "threshold_margin",
+    "TOLERANCE",
+]
 
 TOLERANCE = 1e-4  # max |exported - PyTorch| in float32
 THRESHOLD_MARGIN = 1e-5  # verification inputs keep this far from a masked blur's threshold (10x the rounding)
@@ -174,7 +183,14 @@ def threshold_margin(model: nn.Module, x: torch.Tensor) -> float:
 def verification_input(model: nn.Module, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
     """A standard-normal input of ``shape`` whose values at every hard threshold of the model stay
     :data:`THRESHOLD_MARGIN` clear of it (redrawn, up to 50 times), so that a comparison with
-    another runtime measures the export, not which side of a threshold its rounding falls on."""
+    another runtime measures the export, not which side of a threshold its rounding falls on.
+
+    A model that declares ``input_range = (0.0, 1.0)`` (the SR networks with shipped weights, whose
+    outputs on noise amplify every rounding) gets smooth random images in [0, 1] instead: uniform
+    values on a grid 4 times coarser, interpolated bilinearly."""
+    if tuple(getattr(model, "input_range", ())) == (0.0, 1.0):
+        coarse = torch.rand(*shape[:2], *(-(-n // 4) + 1 for n in shape[2:]), generator=generator)
+        return F.interpolate(coarse, size=shape[2:], mode="bilinear", align_corners=True)
     x = torch.randn(shape, generator=generator)
     for _ in range(49):
         if threshold_margin(model, x) > THRESHOLD_MARGIN:
@@ -333,8 +349,6 @@ def export_model(
             :data:`TOLERANCE` at a checked size (the file is not written; the block is named).
         ConfigError: an unknown format, or the ONNX packages missing.
     """
-    if fmt not in FORMATS:
-        raise ConfigError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     start = time.perf_counter()
     from upzoo.models.factory import architecture_info
 
@@ -343,18 +357,39 @@ def export_model(
             f"{loaded.spec.architecture} runs do not export yet: a timm backbone's dynamic image size does not "
             f"trace with dynamic shapes; the upsampling blocks themselves export (torch.onnx.export of the block)"
         )
-    model = loaded.model.float().cpu().eval()
+    from upzoo.inference.contract import export_contract
+
     out = Path(out) if out is not None else _default_out(loaded, fmt)
+    report = export_network(loaded.model, check_sizes(loaded), out, fmt, export_contract(loaded), opset=opset,
+                            overwrite=overwrite, portable=portable)  # fmt: skip
+    report["seconds"] = round(time.perf_counter() - start, 2)
+    return report
+
+
+def export_network(
+    model: nn.Module, shapes: list[tuple[int, ...]], out: str | Path, fmt: str = "onnx",
+    contract: dict[str, str] | None = None, *, opset: int | None = None, overwrite: bool = False,
+    portable: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """Export ``model`` (float32, CPU, eval) to ``out`` with ``contract`` as metadata, verified
+    against PyTorch at ``shapes`` (the first is the tracing example) before it is written; the
+    report of :func:`export_model`. ``upzoo export`` (a run) and ``upzoo upscale --export``
+    (shipped weights) both write through here.
+
+    Raises:
+        ExportError, ConfigError: as :func:`export_model`.
+    """
+    if fmt not in FORMATS:
+        raise ConfigError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    start = time.perf_counter()
+    model = model.float().cpu().eval()
+    out = Path(out)
     _check_target(out, fmt, overwrite)
-    shapes = check_sizes(loaded)
     example = torch.randn(shapes[0], generator=torch.Generator().manual_seed(1))
     from upzoo.filters.blur_fused import pytorch_formulation
-    from upzoo.inference.contract import export_contract
     from upzoo.inference.static_padding import with_static_same_padding
 
-    contract = export_contract(loaded)
     checks: list[dict[str, Any]] = []
-
     exported = with_static_same_padding(model)  # TF "same" padding as constants: verified against the model
 
     def write(tmp: Path) -> None:  # written to a temporary file, verified there, renamed only when all pass
@@ -366,7 +401,7 @@ def export_model(
         "path": str(out),
         "format": fmt,
         "checks": checks,
-        "contract": contract,
+        "contract": contract or {},
         "custom_ops": custom_ops(out) if fmt != "onnx" else [],
         "tolerance": TOLERANCE,
         "bytes": out.stat().st_size,

@@ -52,8 +52,7 @@ class DownscaledOutput(nn.Module):
         self.in_channels = network.in_channels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        size = [int(n * self.network.scale * self.factor) for n in x.shape[-2:]]
-        return F.interpolate(self.network(x), size=size, mode="bicubic", align_corners=False)
+        return F.interpolate(self.network(x), scale_factor=self.factor, mode="bicubic", align_corners=False)
 
 
 def sr_weights_path(name: str) -> Path:
@@ -136,6 +135,7 @@ def network_from_ncnn(param: str | Path) -> nn.Module:
     network = _architecture(layers, str(param))
     _fill(network, layers, str(param))
     network.receptive_radius_bound = receptive_radius_bound(network)
+    network.input_range = (0.0, 1.0)  # images: exports are verified on smooth images, not on noise
     return network.eval().requires_grad_(False)
 
 
