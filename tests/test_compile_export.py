@@ -17,7 +17,7 @@ from upzoo import ConfigError, create_upsampler, list_upsamplers
 from upzoo.filters.blur_fused import fused_masked_blur, pytorch_formulation
 from upzoo.filters.masked_blur import masked_gaussian_blur
 from upzoo.filters.select_blur import select_blur
-from upzoo.inference.export import verification_input
+from upzoo.inference.verification_inputs import verification_input
 from upzoo.models.factory import ModelSpec, build_model
 from upzoo.registry import upsampler_info
 from upzoo.upsamplers.base import Upsampler

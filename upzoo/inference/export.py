@@ -17,25 +17,16 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from upzoo.errors import ConfigError, DataError, UpzooError
+from upzoo.inference.verification_inputs import verification_input
 from upzoo.runs.trained_model import LoadedModel
 from upzoo.runtime import atomic_write, main_output
 
-__all__ = [
-    "ExportError",
-    "export_model",
-    "export_network",
-    "check_sizes",
-    "verification_input",
-    "threshold_margin",
-    "TOLERANCE",
-]
+__all__ = ["ExportError", "export_model", "export_network", "check_sizes", "TOLERANCE"]
 
 TOLERANCE = 1e-4  # max |exported - PyTorch| in float32
-THRESHOLD_MARGIN = 1e-5  # verification inputs keep this far from a masked blur's threshold (10x the rounding)
 
 
 class ExportError(UpzooError):
@@ -153,50 +144,6 @@ def _program_runner(path: Path):
             return module(x).float().numpy()
 
     return run
-
-
-def threshold_margin(model: nn.Module, x: torch.Tensor) -> float:
-    """The smallest ``|value - threshold|`` that a hard-threshold masked blur of ``model`` sees at
-    input ``x`` (``inf`` where it has none): a value closer than two runtimes' rounding apart is
-    blurred by one and kept by the other."""
-    from upzoo.filters.masked_blur import MaskedGaussianBlur
-
-    closest = [float("inf")]
-
-    def measure(module: nn.Module, args: tuple) -> None:
-        if module.options["soft"] is None and (len(args) < 2 or args[1] is None) and args[0].numel():
-            closest[0] = min(closest[0], float((args[0] - module.options["threshold"]).abs().min()))
-
-    blurs = [m for m in model.modules() if isinstance(m, MaskedGaussianBlur)]
-    if not blurs:
-        return float("inf")
-    hooks = [m.register_forward_pre_hook(measure) for m in blurs]
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return closest[0]
-
-
-def verification_input(model: nn.Module, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """A standard-normal input of ``shape`` whose values at every hard threshold of the model stay
-    :data:`THRESHOLD_MARGIN` clear of it (redrawn, up to 50 times), so that a comparison with
-    another runtime measures the export, not which side of a threshold its rounding falls on.
-
-    A model that declares ``input_range = (0.0, 1.0)`` (the SR networks with shipped weights, whose
-    outputs on noise amplify every rounding) gets smooth random images in [0, 1] instead: uniform
-    values on a grid 4 times coarser, interpolated bilinearly."""
-    if tuple(getattr(model, "input_range", ())) == (0.0, 1.0):
-        coarse = torch.rand(*shape[:2], *(-(-n // 4) + 1 for n in shape[2:]), generator=generator)
-        return F.interpolate(coarse, size=shape[2:], mode="bilinear", align_corners=True)
-    x = torch.randn(shape, generator=generator)
-    for _ in range(49):
-        if threshold_margin(model, x) > THRESHOLD_MARGIN:
-            break
-        x = torch.randn(shape, generator=generator)
-    return x
 
 
 def _verify(model: nn.Module, run, shapes: list[tuple[int, ...]], seed: int = 0) -> list[dict[str, Any]]:
