@@ -29,19 +29,25 @@ def _cases():
 
 
 GUIDE_CHANNELS = 3
+STYLE_DIM = 5
 
 
 def _build(name: str, dims: int, scale, in_channels: int = 8, **options):
     out_channels = in_channels if _keeps_channels(name) else 6
     if upsampler_info(name).needs_guide:
         options = {"guide_channels": GUIDE_CHANNELS, **options}
+    if upsampler_info(name).needs_style:  # StyleGAN2's own form at x2, a block then the modulated conv elsewhere
+        options = {"style_dim": STYLE_DIM, "form": "stylegan2" if scale == 2 else "after", **options}
     return create_upsampler(
         name, spatial_dims=dims, in_channels=in_channels, out_channels=out_channels, scale=scale, **options
     )
 
 
 def _run(block, x: torch.Tensor) -> torch.Tensor:
-    """``block(x)``; a guided block gets a random guide of the shape it expects."""
+    """``block(x)``; a guided block gets a random guide of the shape it expects, a style-conditioned
+    one a random style."""
+    if getattr(block, "needs_style", False):
+        return block(x, torch.randn(x.shape[0], STYLE_DIM, dtype=x.dtype))
     if not block.needs_guide:
         return block(x)
     b, _, *spatial = x.shape

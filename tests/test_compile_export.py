@@ -48,6 +48,7 @@ def _block(name: str, dims: int):
     info = upsampler_info(name)
     keeps = info.keeps_channels
     options = {"guide_channels": 3} if info.needs_guide else {}
+    options |= {"style_dim": 5} if info.needs_style else {}
     scale = 1 if info.kind == "post_filter" else 2
     torch.manual_seed(0)
     return create_upsampler(
@@ -57,6 +58,8 @@ def _block(name: str, dims: int):
 
 def _inputs(block, size, batch=2):
     x = torch.randn(batch, 4, *size)
+    if getattr(block, "needs_style", False):
+        return (x, torch.randn(batch, 5))
     if block.needs_guide:
         return (x, torch.randn(batch, 3, *block.output_spatial(size)))
     return (x,)

@@ -21,7 +21,8 @@ from upzoo.models.encoders import load_encoder_weights
 from upzoo.models.factory import ModelSpec
 from upzoo.registry import upsampler_info
 
-UPSAMPLERS_2D = list_upsamplers(kind="upsampler")
+# style-conditioned blocks take block(x, style): no segmentation model or DCGAN gives a style (refused: below)
+UPSAMPLERS_2D = [n for n in list_upsamplers(kind="upsampler") if not upsampler_info(n).needs_style]
 UPSAMPLERS_3D = [n for n in UPSAMPLERS_2D if 3 in upsampler_info(n).spatial_dims]
 SMALL = dict(channels=(4, 8, 16), norm="group")
 
@@ -209,6 +210,19 @@ def test_smp_adapter_accepts_every_upsampler(upsampler):
     out = net(torch.randn(2, 3, 32, 32))  # resnet18's smallest size (stride 32); two for BatchNorm at 1x1
     assert out.shape == (2, 2, 32, 32)
     _backward_reaches_every_parameter(net, out)
+
+
+@pytest.mark.parametrize(
+    "build, where",
+    [(lambda: UNet(spatial_dims=2, in_channels=3, num_classes=2, upsampler="modulated", **SMALL), "UNet decoder"),
+     (lambda: smp_unet("resnet18", upsampler="modulated", num_classes=2), "smp_unet"),
+     (lambda: DCGANGenerator(latent_dim=16, out_channels=3, resolution=32, upsampler="modulated"), "DCGANGenerator")],
+)  # fmt: skip
+def test_models_without_a_style_refuse_a_style_conditioned_block_in_one_line(build, where):
+    with pytest.raises(ConfigError, match=rf"{where}.*'modulated' is style-conditioned \(block\(x, style\)\); only a "
+                       r"style-based generator gives its blocks a style") as caught:  # fmt: skip
+        build()
+    assert "\n" not in str(caught.value)
 
 
 # -- GAN ---------------------------------------------------------------------------------------------

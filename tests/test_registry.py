@@ -25,6 +25,7 @@ BUILT_INS = [
     "jbu",
     "loftup",
     "masked_blur",
+    "modulated",
     "pixel_shuffle",
     "sapa",
     "transposed",

@@ -29,7 +29,8 @@ DECODERS = {
     "segformer-cnn": (smp_segformer, smp.Segformer, "resnet18", {"decoder_segmentation_channels": 32}),
     "deeplabv3plus": (smp_deeplabv3plus, smp.DeepLabV3Plus, "resnet18", {"decoder_channels": 32}),
 }
-BLOCKS_2D = [n for n in list_upsamplers(kind="upsampler") if 2 in upsampler_info(n).spatial_dims]
+BLOCKS_2D = [n for n in list_upsamplers(kind="upsampler")
+             if 2 in upsampler_info(n).spatial_dims and not upsampler_info(n).needs_style]  # fmt: skip
 
 
 def _pair(key, mode):

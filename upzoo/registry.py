@@ -78,6 +78,11 @@ class BlockInfo:
         return self.kind == "post_filter" or bool(getattr(self.factory, "keeps_channels", False))
 
     @property
+    def needs_style(self) -> bool:
+        """A style-conditioned block: ``forward(x, style)``, built with ``style_dim``."""
+        return bool(getattr(self.factory, "needs_style", False))
+
+    @property
     def needs_guide(self) -> bool:
         """Whether the block is guided: ``forward(x, guide)`` with a ``guide_channels`` option."""
         return bool(getattr(self.factory, "needs_guide", False))
@@ -270,6 +275,9 @@ class Registry:
                         f"{self._what} {name!r} has no option {key!r}; its options are: {listed}"
                         f"{did_you_mean(key, known)}"
                     )
+        if info.needs_style and "style_dim" not in kwargs:
+            raise ConfigError(f"{self._what} {name!r} is style-conditioned: give style_dim= (the width of the style "
+                              "vector, the generator's w)")  # fmt: skip
         if info.needs_guide and "guide_channels" not in kwargs:
             raise ConfigError(
                 f"{self._what} {name!r} is guided by a high-resolution feature: give guide_channels= (the "

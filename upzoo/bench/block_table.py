@@ -39,9 +39,10 @@ def count_flops(module: nn.Module, x: torch.Tensor) -> float:
 
 
 class GuidedByFixedFeature(nn.Module):
-    """A guided block fed one fixed smooth guide per input shape (the skip a U-Net would pass), so
-    the block tables measure it like every other block: ``forward(x)``. ``wrap`` leaves unguided
-    blocks as they are."""
+    """A guided block fed one fixed smooth guide per input shape (the skip a U-Net would pass), or a
+    style-conditioned block one fixed style per batch (a seeded normal vector, as a mapping network's
+    w), so the block tables measure it like every other block: ``forward(x)``. ``wrap`` leaves the
+    other blocks as they are."""
 
     def __init__(self, block: nn.Module) -> None:
         super().__init__()
@@ -50,10 +51,14 @@ class GuidedByFixedFeature(nn.Module):
 
     @classmethod
     def wrap(cls, block: nn.Module) -> nn.Module:
-        return cls(block) if getattr(block, "needs_guide", False) else block
+        conditioned = getattr(block, "needs_guide", False) or getattr(block, "needs_style", False)
+        return cls(block) if conditioned else block
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         key = tuple(x.shape)
+        if key not in self._guides and getattr(self.block, "needs_style", False):
+            generator = torch.Generator().manual_seed(1)
+            self._guides[key] = torch.randn(x.shape[0], self.block.style_dim, generator=generator).to(x)
         if key not in self._guides:
             shape = (x.shape[0], self.block.guide_channels, *self.block.output_spatial(tuple(x.shape[2:])))
             self._guides[key] = smooth_field(shape, seed=1).to(x)
@@ -104,6 +109,7 @@ def _build_block(name: str, shape: tuple[int, ...], scale: int | Sequence[int], 
     """The block at ``shape``, checked on the meta device to fit in memory first (guided blocks get
     a fixed guide)."""
     guide = {"guide_channels": shape[1]} if UPSAMPLERS.info(name).needs_guide else {}
+    guide |= {"style_dim": 512} if UPSAMPLERS.info(name).needs_style else {}
     options = dict(spatial_dims=len(shape) - 2, in_channels=shape[1], out_channels=shape[1], scale=scale, **guide)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -45,11 +45,12 @@ def list_command(pattern: str, kind: str | None, decoders: bool, as_json: bool) 
     if as_json:
         click.echo(to_json(rows))
         return
-    click.echo(render_table(rows, ["name", "kind", "dims", "guide", "params", "description"]))
+    click.echo(render_table(rows, ["name", "kind", "dims", "guide", "style", "params", "description"]))
     click.echo(
         "params: learned parameters at 64 -> 64 channels, scale 2, 2D (3D where 2D is not supported); "
         "guide: the block takes a guide at the output resolution: the encoder skip (fade, sapa; 64 channels "
-        "here) or the image itself (jbu, jafar, loftup, anyup; 3 channels)",
+        "here) or the image itself (jbu, jafar, loftup, anyup; 3 channels); style: the block takes a style vector "
+        "as block(x, style) (modulated; 512 wide here, StyleGAN2's w)",
         err=True,
     )
     if any(row["name"] == "masked_blur" for row in rows):

@@ -11,6 +11,7 @@ from upzoo.upsamplers.interpolate import InterpolateUpsampler
 from upzoo.upsamplers.jafar import JafarUpsampler
 from upzoo.upsamplers.jbu import JbuUpsampler
 from upzoo.upsamplers.loftup import LoftupUpsampler
+from upzoo.upsamplers.modulated import ModulatedConv2d, ModulatedUpsampler
 from upzoo.upsamplers.pixel_shuffle import PixelShuffleUpsampler, icnr_, pixel_shuffle_nd
 from upzoo.upsamplers.sapa import SapaUpsampler
 from upzoo.upsamplers.transposed import CheckerboardWarning, TransposedConvUpsampler, transposed_output_size
@@ -25,6 +26,8 @@ __all__ = [
     "JbuUpsampler",
     "JafarUpsampler",
     "LoftupUpsampler",
+    "ModulatedUpsampler",
+    "ModulatedConv2d",
     "AnyupUpsampler",
     "SapaUpsampler",
     "InterpConvUpsampler",

@@ -19,9 +19,14 @@ def guide_options(name: str, skip_channels: int, where: str) -> dict[str, Any]:
     ``skip_channels`` channels: ``guide_channels`` for a guided block, nothing otherwise.
 
     Raises:
-        ConfigError: a guided block at a stage without a skip (``skip_channels == 0``).
+        ConfigError: a guided block at a stage without a skip (``skip_channels == 0``), or a
+            style-conditioned block (no model but a style-based generator gives a style).
     """
-    if not UPSAMPLERS.info(name).needs_guide:
+    info = UPSAMPLERS.info(name)
+    if info.needs_style:
+        raise ConfigError(f"{where}: {name!r} is style-conditioned (block(x, style)); only a style-based generator "
+                          "gives its blocks a style; choose a block that upsamples alone")  # fmt: skip
+    if not info.needs_guide:
         return {}
     if skip_channels <= 0:
         raise ConfigError(
