@@ -40,7 +40,7 @@ SHIPPED = {
     "waifu2x-upconv7-photo-x2": ("transposed", {"kernel_size": 4, "padding": 3}),
     "realesrgan-x4plus-anime": ("interp_conv", None),
 }
-BLOCKS = "pixel_shuffle,interp_conv,transposed,fir,dysample,interp_conv:mode=fourier"  # CARAFE: --blocks
+BLOCKS = "pixel_shuffle,interp_conv,transposed,fir,dysample,carafe,interp_conv:mode=fourier"
 
 
 def _options(block: str, scale: int) -> tuple[str, dict | None]:
