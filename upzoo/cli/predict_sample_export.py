@@ -60,9 +60,16 @@ def _check_inputs_exist(inputs: tuple[str, ...]) -> None:
 @click.option("--amp", is_flag=True, help="bf16 autocast.")
 @click.option(
     "--backend",
-    type=click.Choice(["eager", "onnxruntime", "compile"]),
+    type=click.Choice(["eager", "onnxruntime", "openvino", "compile"]),
     default="eager",
-    help="What runs the model: PyTorch, the verified ONNX export in onnxruntime, or torch.compile.",
+    help="What runs the model: PyTorch, the verified ONNX export in onnxruntime, the verified OpenVINO IR, or "
+    "torch.compile.",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["f32", "bf16"]),
+    default="f32",
+    help="openvino: float32, or bf16 where the CPU has bf16 hardware (never OpenVINO's silent default).",
 )
 @click.option("--onnx", "onnx_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="onnxruntime: this export of the run [default: export it now].")  # fmt: skip
@@ -77,7 +84,7 @@ def _check_inputs_exist(inputs: tuple[str, ...]) -> None:
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabilities, batch_size, workers, amp,
-                    backend, onnx_path, tile, no_resample, device, keep_going, overwrite, no_progress,
+                    backend, precision, onnx_path, tile, no_resample, device, keep_going, overwrite, no_progress,
                     as_json) -> None:  # fmt: skip
     """Predict with a trained run on INPUT... (images, NIfTI volumes, folders, globs or a decathlon
     dataset.json), what its task makes: a segmentation run (its best.pt, else last.pt, or a
@@ -97,11 +104,12 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     from upzoo.inference.run import PredictOptions, predict_files
 
     _check_inputs_exist(inputs)
-    device = _device(device if backend != "onnxruntime" or device != "auto" else "cpu")
+    device = _device(device if backend not in ("onnxruntime", "openvino") or device != "auto" else "cpu")
     loaded = load_model(run, device=device)
     if loaded.task in ("super_resolution", "through_plane_sr", "through_plane_segmentation"):
         given = {"--tta": tta != "none", "--scales": scales != "1", "--window": window != "auto", "--overlay": overlay,
                  "--probabilities": probabilities, "--backend": backend != "eager", "--onnx": onnx_path,
+                 "--precision": precision != "f32",
                  "--no-resample": no_resample, "--batch-size": batch_size != 4, "--workers": workers != 2}  # fmt: skip
         # (the options above are read by image and volume segmentation only)
         if loaded.task == "super_resolution":
@@ -117,17 +125,17 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     started = time.perf_counter()  # the backend's set-up: an onnxruntime export is verified here
     predictor = Predictor(loaded, device=device, amp=amp, tta=tta, scales=_scales(scales), window=window,
                           probabilities=bool(probabilities), backend=backend, onnx_path=onnx_path,
-                          resample=not no_resample)  # fmt: skip
+                          resample=not no_resample, precision=precision)  # fmt: skip
     options = PredictOptions(Path(out_dir), overlay, probabilities, batch_size, workers, keep_going, overwrite,
                              not no_progress)  # fmt: skip
     setup = time.perf_counter() - started
     summary = predict_files(predictor, inputs, options)
-    exported = backend == "onnxruntime" and onnx_path is None
+    exported = backend == "openvino" or (backend == "onnxruntime" and onnx_path is None)
     if as_json:
         click.echo(to_json(summary | ({"export_seconds": round(setup, 3)} if exported else {})))
     else:
-        export = (f"; before that, exporting the model to ONNX and verifying it took {setup:.1f} s (pass --onnx "
-                  f"with a file from upzoo export to skip it)") if exported else ""  # fmt: skip
+        fmt = "OpenVINO IR" if backend == "openvino" else "ONNX (pass --onnx with a file from upzoo export to skip it)"
+        export = f"; before that, exporting the model to {fmt} and verifying it took {setup:.1f} s" if exported else ""
         click.echo(f"wrote {summary['written']} predictions to {out_dir} in {summary['seconds']:.1f} s "
                    f"({summary['csv']}){export}")  # fmt: skip
     _report_failed(summary)
@@ -199,8 +207,16 @@ def sample_command(run, num, out_dir, seed, device, overwrite, as_json) -> None:
 
 @cli.command("export")
 @RUN
-@click.option("--format", "fmt", type=click.Choice(["onnx", "exported-program"]), default="onnx", help="What to write.")
-@click.option("--out", "out_file", default=None, type=click.Path(dir_okay=False), help="[default: RUN/model.onnx|.pt2]")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["onnx", "exported-program", "openvino"]),
+    default="onnx",
+    help="What to write (openvino: IR .xml + .bin, float32 weights).",
+)
+@click.option(
+    "--out", "out_file", default=None, type=click.Path(dir_okay=False), help="[default: RUN/model.onnx|.pt2|.xml]"
+)
 @click.option("--opset", type=click.IntRange(min=18, max=23), default=None, help="ONNX opset [default: exporter's].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out file (never a checkpoint).")
 @click.option("--portable", is_flag=True, help="A .pt2 without upzoo's custom ops (loads without import upzoo).")
@@ -208,7 +224,9 @@ def sample_command(run, num, out_dir, seed, device, overwrite, as_json) -> None:
 def export_command(run, fmt, out_file, opset, overwrite, portable, as_json) -> None:
     """Export a trained model with dynamic batch and spatial sizes (generators: the batch), verified:
     the written file runs at three sizes (one off the model's size grid) and must match PyTorch
-    within 1e-4, else nothing is written and the block that fails is named."""
+    within 1e-4, else nothing is written and the block that fails is named. --format openvino writes
+    OpenVINO IR (.xml + .bin, converted from the ONNX export, float32 weights) verified with OpenVINO's
+    CPU plugin set to float32 (its default there is bfloat16 on CPUs with bf16 hardware)."""
     from upzoo.inference import load_model
     from upzoo.inference.export import export_model
 

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from upzoo.errors import ConfigError, DataError, UpzooError
+from upzoo.inference.openvino_runtime import move_weights, openvino_runner, write_openvino
 from upzoo.inference.verification_inputs import verification_input
 from upzoo.runs.trained_model import LoadedModel
 from upzoo.runtime import atomic_write, main_output
@@ -209,8 +210,11 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:200]}"
 
 
+SUFFIXES = {"onnx": ".onnx", "exported-program": ".pt2", "openvino": ".xml"}
+
+
 def _default_out(loaded: LoadedModel, fmt: str) -> Path:
-    return loaded.checkpoint.parent / ("model.onnx" if fmt == "onnx" else "model.pt2")
+    return loaded.checkpoint.parent / f"model{SUFFIXES[fmt]}"
 
 
 def _write(
@@ -220,15 +224,19 @@ def _write(
         _write_onnx(model, example, path, opset)
         if contract:
             _add_onnx_metadata(path, contract)
+    elif fmt == "openvino":
+        write_openvino(lambda onnx_path: _write_onnx(model, example, onnx_path, opset), path, contract)
     else:
         _write_program(model, example, path, contract)
 
 
 def _runner(fmt: str, path: Path):
+    if fmt == "openvino":
+        return openvino_runner(path, "f32")  # verified in float32, the precision set, not OpenVINO's default
     return _onnx_runner(path) if fmt == "onnx" else _program_runner(path)
 
 
-FORMATS = ("onnx", "exported-program")
+FORMATS = tuple(SUFFIXES)
 
 
 def _write_verified(
@@ -267,7 +275,7 @@ def _write_verified(
 def _check_target(out: Path, fmt: str, overwrite: bool) -> None:
     """An export goes to a file of its own kind: never over a checkpoint, over an existing file
     only with ``overwrite``."""
-    suffix = ".onnx" if fmt == "onnx" else ".pt2"
+    suffix = SUFFIXES[fmt]
     if out.suffix.lower() != suffix:
         raise ConfigError(f"an {fmt} export is written to a {suffix} file, got {out}; name the file *{suffix}")
     if out.is_dir():
@@ -342,15 +350,21 @@ def export_network(
     def write(tmp: Path) -> None:  # written to a temporary file, verified there, renamed only when all pass
         with pytorch_formulation() if portable else contextlib.nullcontext():
             checks.extend(_write_verified(fmt, exported, example, tmp, opset, shapes, out.parent, contract, model))
+        if fmt == "openvino":  # the IR's weights beside it, then its .xml (atomic_write)
+            move_weights(tmp, out)
 
-    atomic_write(out, write)
+    try:
+        atomic_write(out, write)
+    finally:
+        if fmt == "openvino":
+            out.parent.joinpath(f".tmp-{os.getpid()}-{out.stem}.bin").unlink(missing_ok=True)
     return {
         "path": str(out),
         "format": fmt,
         "checks": checks,
         "contract": contract or {},
-        "custom_ops": custom_ops(out) if fmt != "onnx" else [],
+        "custom_ops": custom_ops(out) if fmt == "exported-program" else [],
         "tolerance": TOLERANCE,
-        "bytes": out.stat().st_size,
+        "bytes": out.stat().st_size + (out.with_suffix(".bin").stat().st_size if fmt == "openvino" else 0),
         "seconds": round(time.perf_counter() - start, 2),
     }

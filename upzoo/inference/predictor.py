@@ -175,8 +175,10 @@ class Predictor:
         window: ``auto`` slides the training crop over inputs larger than it (volumes: the recipe's
             evaluation window), ``on`` always, ``off`` runs every input whole.
         amp: bf16 autocast (PyTorch backends).
-        backend: ``eager`` (the module), ``compile`` (``torch.compile``, dynamic sizes) or
-            ``onnxruntime`` (the run's verified ONNX export: ``onnx_path``, else exported now).
+        backend: ``eager`` (the module), ``compile`` (``torch.compile``, dynamic sizes),
+            ``onnxruntime`` (the run's verified ONNX export: ``onnx_path``, else exported now) or
+            ``openvino`` (the verified OpenVINO IR, exported now, at ``precision``: ``f32``, or
+            ``bf16`` on a CPU with bf16 hardware).
         resample: volumes: resample each volume from its own spacing to the training spacing and
             the prediction back to the volume's grid (the argmax of the resampled logits, or of the
             resampled probabilities with TTA). ``False`` runs volumes at their own grid.
@@ -204,15 +206,17 @@ class Predictor:
         backend: Backend = "eager",
         onnx_path: str | None = None,
         resample: bool = True,
+        precision: str = "f32",
     ) -> None:
         _check_arguments(loaded, tta, scales, window, overlap, window_batch)
         check_bool(resample, "resample")
         self.loaded, self.device = loaded, resolve_device(device, "device")
         self.model = loaded.model.to(self.device).eval()
-        if backend == "onnxruntime" and amp:
-            raise ConfigError("amp (bf16 autocast) is for the PyTorch backends; onnxruntime runs the float32 export")
+        if backend in ("onnxruntime", "openvino") and amp:
+            raise ConfigError(f"amp (bf16 autocast) is for the PyTorch backends; {backend} runs the exported model "
+                              "(openvino: precision='bf16')")  # fmt: skip
         self.backend = backend
-        self._run = model_runner(loaded, self.model, backend, self.device, onnx_path)
+        self._run = model_runner(loaded, self.model, backend, self.device, onnx_path, precision)
         self.amp, self.flip, self.scales = "bf16" if amp else "none", tta == "flip", tuple(float(s) for s in scales)
         self.window, self.keep_probabilities = window, probabilities
         recipe = loaded.recipe
