@@ -28,6 +28,7 @@ BUILT_INS = [
     "modulated",
     "pixel_shuffle",
     "sapa",
+    "separable_transposed",
     "transposed",
     "zero_insertion",
 ]

@@ -14,7 +14,12 @@ from upzoo.upsamplers.loftup import LoftupUpsampler
 from upzoo.upsamplers.modulated import ModulatedConv2d, ModulatedUpsampler
 from upzoo.upsamplers.pixel_shuffle import PixelShuffleUpsampler, icnr_, pixel_shuffle_nd
 from upzoo.upsamplers.sapa import SapaUpsampler
-from upzoo.upsamplers.transposed import CheckerboardWarning, TransposedConvUpsampler, transposed_output_size
+from upzoo.upsamplers.transposed import (
+    CheckerboardWarning,
+    SeparableTransposedUpsampler,
+    TransposedConvUpsampler,
+    transposed_output_size,
+)
 from upzoo.upsamplers.zero_insertion import ZeroInsertionUpsampler, insert_zeros
 
 __all__ = [
@@ -34,6 +39,7 @@ __all__ = [
     "InterpolateUpsampler",
     "PixelShuffleUpsampler",
     "TransposedConvUpsampler",
+    "SeparableTransposedUpsampler",
     "ZeroInsertionUpsampler",
     "CheckerboardWarning",
     "icnr_",

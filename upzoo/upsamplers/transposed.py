@@ -6,9 +6,10 @@ import warnings
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 
 from upzoo.errors import ConfigError, ShapeError
-from upzoo.layers import conv_transpose_nd, to_ntuple
+from upzoo.layers import conv_nd, conv_transpose_nd, to_ntuple
 from upzoo.registry import register_upsampler
 from upzoo.upsamplers.base import Upsampler
 
@@ -107,15 +108,21 @@ class TransposedConvUpsampler(Upsampler):
                 CheckerboardWarning,
                 stacklevel=2,
             )
-        self.conv = conv_transpose_nd(n)(
+        self.conv = self._make_conv(bias)
+
+    def _make_conv(self, bias: bool, groups: int = 1, out_channels: int | None = None) -> nn.Module:
+        """The transposed convolution of this block's geometry (``groups``, ``out_channels``: for
+        the depthwise-separable form)."""
+        return conv_transpose_nd(self.spatial_dims)(
             self.in_channels,
-            self.out_channels,
+            self.out_channels if out_channels is None else out_channels,
             kernel_size=self.kernel_size,
             stride=self.scale,
             padding=self.padding,
             output_padding=self.output_padding,
             dilation=self.dilation,
             bias=bias,
+            groups=groups,
         )
 
     def output_spatial(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
@@ -141,3 +148,25 @@ class TransposedConvUpsampler(Upsampler):
         if any(self.padding):
             self.output_spatial(tuple(x.shape[2:]))  # raises ShapeError for a non-positive output
         return self.conv(x)
+
+
+@register_upsampler("separable_transposed")
+class SeparableTransposedUpsampler(TransposedConvUpsampler):
+    """Depthwise-separable transposed convolution, the mobile (ARM) advice: a depthwise transposed
+    convolution (one kernel per input channel, the same geometry and options as ``transposed``), then
+    a 1x1 convolution to ``out_channels``. ``C_in * prod(k) + C_in * C_out`` weights instead of
+    ``C_in * C_out * prod(k)``: it equals a transposed convolution whose kernel for each pair of
+    channels is the depthwise kernel scaled by the pointwise weight (a rank-one kernel).
+
+    >>> up = SeparableTransposedUpsampler(spatial_dims=2, in_channels=8, out_channels=4, scale=2)
+    >>> up(torch.zeros(1, 8, 5, 5)).shape
+    torch.Size([1, 4, 10, 10])
+
+    Raises:
+        ConfigError: as ``transposed``.
+    """
+
+    def _make_conv(self, bias: bool, groups: int = 1, out_channels: int | None = None) -> nn.Module:
+        depthwise = super()._make_conv(bias, groups=self.in_channels, out_channels=self.in_channels)
+        pointwise = conv_nd(self.spatial_dims)(self.in_channels, self.out_channels, 1, bias=bias)
+        return nn.Sequential(depthwise, pointwise)
