@@ -14,7 +14,7 @@ import torch
 import yaml
 from torch import nn
 
-from conftest import run_cli, small_recipe
+from conftest import cli_streams, run_cli, small_recipe
 from upzoo import create_upsampler
 from upzoo.bench.artifacts import checkerboard_score, image_checkerboard, overlap_pattern, overlap_unevenness
 from upzoo.bench.block_table import bench_blocks, count_flops
@@ -293,3 +293,15 @@ def test_a_tissue_comparison_shows_the_label_free_baseline_and_the_oracle():
     ]
     older = {"val": {"dice": 0.8, "gm_dice": 0.85, "thick_dice": 0.864, "thick_gm_dice": 0.917}}  # before k-means
     assert _reference("through_plane_segmentation", [older], keys) == rows[1]
+
+
+def test_bench_blocks_leaves_the_feature_upsamplers_to_their_own_table_and_takes_patterns():
+    from upzoo.bench.block_table import default_block_names
+    from upzoo.registry import list_upsamplers
+
+    default = default_block_names()
+    assert set(list_upsamplers(kind="upsampler")) - set(default) == {"jbu", "jafar", "loftup", "anyup"}
+    code, out, err = cli_streams("bench", "blocks", "--shape", "1x4x8x8", "--runs", "1", "--blocks", "pixel*,fir")
+    assert code == 0 and err.count("measuring ") == 2 and "| pixel_shuffle |" in out and "| fir |" in out
+    code, _, err = cli_streams("bench", "blocks", "--blocks", "nope")
+    assert code == 1 and err.startswith("error: --blocks: 'nope' matches no upsampler; registered: anyup")

@@ -74,6 +74,20 @@ def check_block_input(shape: Sequence[int]) -> None:
         )
 
 
+def default_block_names() -> list[str]:
+    """The blocks ``upzoo bench blocks`` measures by default: every registered upsampler but the
+    image-guided feature upsamplers (JBU, JAFAR, LoftUp, AnyUp), whose cost is measured at their own
+    ratios in their own table (``tools/bench_feature_upsamplers.py``)."""
+    from upzoo.upsamplers.image_guided import ImageGuidedUpsampler
+
+    names = list_upsamplers(kind="upsampler")
+    return [n for n in names if not _is_subclass(UPSAMPLERS.info(n).factory, ImageGuidedUpsampler)]
+
+
+def _is_subclass(factory: Any, base: type) -> bool:
+    return isinstance(factory, type) and issubclass(factory, base)
+
+
 def bench_blocks(
     shape: Sequence[int] = (8, 64, 64, 64),
     *,
@@ -84,9 +98,9 @@ def bench_blocks(
     progress: Callable[[str], None] | None = None,
     amp: str = "none",
 ) -> list[dict[str, Any]]:
-    """One row per registered upsampler (that supports the input's dims) at the same input and scale,
-    timed under ``amp`` autocast (``none``, ``bf16``, ``fp16`` on CUDA; the checkerboard score is
-    always float32).
+    """One row per block of ``names`` (default: :func:`default_block_names`) that supports the input's
+    dims, at the same input and scale, timed under ``amp`` autocast (``none``, ``bf16``, ``fp16`` on
+    CUDA; the checkerboard score is always float32).
 
     Raises:
         ShapeError: a shape that is not ``(B, C, H, W)`` or ``(B, C, D, H, W)``, or a block that would
@@ -96,7 +110,7 @@ def bench_blocks(
     autocast(amp, torch.device(device), "--amp")  # an amp mode this device lacks fails before any block is built
     dims = len(shape) - 2
     rows = []
-    for name in names or list_upsamplers(kind="upsampler"):
+    for name in names or default_block_names():
         if dims not in UPSAMPLERS.info(name).spatial_dims:
             continue
         if progress:

@@ -21,11 +21,18 @@ def bench() -> None:
 @click.option("--device", default="cpu", help="cpu or cuda.")
 @click.option("--runs", type=click.IntRange(min=1), default=5, help="Timed runs per measurement.")
 @click.option("--amp", type=click.Choice(["none", "bf16", "fp16"]), default="none", help="Autocast dtype (fp16: CUDA).")
+@click.option("--blocks", "pattern", default=None,
+              help="Blocks to measure: names or patterns, comma-separated ('*': all) [default: all but the "
+              "image-guided feature upsamplers].")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV output.")
-def bench_blocks_command(shape: str, scale: str, device: str, runs: int, amp: str, as_json: bool, as_csv: bool) -> None:
-    """Every registered upsampler at one input: params, GFLOPs, forward and forward+backward time
-    and peak memory (under --amp autocast), and the checkerboard score of the fresh block."""
+def bench_blocks_command(shape: str, scale: str, device: str, runs: int, amp: str, pattern: str | None, as_json: bool,
+                         as_csv: bool) -> None:  # fmt: skip
+    """Registered upsamplers at one input: params, GFLOPs, forward and forward+backward time and peak
+    memory (under --amp autocast), and the checkerboard score of the fresh block, one line of
+    progress per block. By default every block but the image-guided feature upsamplers (JBU, JAFAR,
+    LoftUp, AnyUp), whose cost belongs at their own ratios (tools/bench_feature_upsamplers.py);
+    --blocks '*' adds them."""
     from upzoo.bench.block_table import BLOCK_COLUMNS, bench_blocks, check_block_input, environment_line
     from upzoo.layers import to_ntuple
 
@@ -34,6 +41,7 @@ def bench_blocks_command(shape: str, scale: str, device: str, runs: int, amp: st
     check_block_input(dims)
     scales = parse_scale(scale)
     to_ntuple(scales, len(dims) - 2, "--scale")
+    names = _block_names(pattern)
     click.echo(f"{environment_line(device)}; input {shape}, scale {scale}, amp {amp}, median of {runs}", err=True)
     rows = bench_blocks(
         dims,
@@ -41,6 +49,7 @@ def bench_blocks_command(shape: str, scale: str, device: str, runs: int, amp: st
         device=device,
         runs=runs,
         amp=amp,
+        names=names,
         progress=lambda name: click.echo(f"measuring {name} ...", err=True),
     )
     from upzoo.machine import machine_kind, machine_record
@@ -48,6 +57,27 @@ def bench_blocks_command(shape: str, scale: str, device: str, runs: int, amp: st
     machine = machine_kind(machine_record(device))  # JSON and CSV rows carry it; the table has the line above
     emit_rows([{**row, "machine": machine} for row in rows], [*BLOCK_COLUMNS, "machine"] if as_json or as_csv
               else BLOCK_COLUMNS, as_json, as_csv)  # fmt: skip
+
+
+def _block_names(pattern: str | None) -> list[str]:
+    """The blocks of ``--blocks`` (names or patterns, comma-separated), or the default list.
+
+    Raises:
+        UpzooError: a name or pattern that matches no upsampler (the registered ones named).
+    """
+    from upzoo.bench.block_table import default_block_names
+    from upzoo.registry import list_upsamplers
+
+    if pattern is None:
+        return default_block_names()
+    names: list[str] = []
+    for part in (p.strip() for p in pattern.split(",")):
+        matched = list_upsamplers(part, kind="upsampler")
+        if not matched:
+            raise UpzooError(f"--blocks: {part!r} matches no upsampler; registered: "
+                             f"{', '.join(list_upsamplers(kind='upsampler'))}")  # fmt: skip
+        names += [n for n in matched if n not in names]
+    return names
 
 
 @bench.command("model")
