@@ -110,3 +110,17 @@ def test_openvino_missing_names_the_extra(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake)
     with pytest.raises(ConfigError, match=r"OpenVINO export and backend need openvino: pip install -e '.\[openvino\]'"):
         openvino_runner("model.xml")
+
+
+def test_a_block_openvino_cannot_convert_is_named_and_nothing_is_written(tmp_path):
+    """OpenVINO's ONNX frontend does not convert the Fourier block's DFT graph: the block is named,
+    with OpenVINO's own summary line, and no file is left."""
+    from upzoo import UNet
+    from upzoo.inference.export import ExportError, export_network
+
+    net = UNet(spatial_dims=2, in_channels=3, num_classes=2, upsampler="interpolate",
+               upsampler_options={"mode": "fourier"}, channels=(4, 8), strides=(2,))  # fmt: skip
+    with pytest.raises(ExportError, match=r"cannot export UNet to openvino: block decoder.0.upsample "
+                       r"\(InterpolateUpsampler\) fails: OpConversionFailure: Conversion is failed for"):  # fmt: skip
+        export_network(net, [(2, 3, 16, 16), (1, 3, 17, 15)], tmp_path / "u.xml", "openvino")
+    assert list(tmp_path.iterdir()) == []

@@ -184,7 +184,7 @@ def _culprit(model: nn.Module, example: torch.Tensor, fmt: str, folder: Path) ->
         args = tuple(a for a in seen.get(name, ()) if isinstance(a, torch.Tensor))
         if len(args) != 1:  # guided blocks take two inputs: judged with their model
             continue
-        path = folder / f".probe-{os.getpid()}.{'onnx' if fmt == 'onnx' else 'pt2'}"
+        path = folder / f".probe-{os.getpid()}{SUFFIXES[fmt]}"
         try:
             _write(fmt, block, args[0], path, None)
             bad = [c for c in _verify(block, _runner(fmt, path), [tuple(args[0].shape)]) if not c["ok"]]
@@ -196,6 +196,7 @@ def _culprit(model: nn.Module, example: torch.Tensor, fmt: str, folder: Path) ->
             return f"block {name} ({type(block).__name__}) fails: {_reason(exc)}"
         finally:
             path.unlink(missing_ok=True)
+            path.with_suffix(".bin").unlink(missing_ok=True)  # an OpenVINO probe's weights
     return ""
 
 
@@ -206,7 +207,9 @@ def _reason(exc: BaseException) -> str:
     while exc.__cause__ is not None:
         exc = exc.__cause__
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = re.sub(r"\x1b\[[0-9;]*m", "", lines[0] if lines else type(exc).__name__)
+    summary = [line[3:] for line in lines if line.startswith("-- ")]  # OpenVINO's conversion summary
+    first = summary[-1] if summary else lines[0] if lines else type(exc).__name__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", first)
     return f"{type(exc).__name__}: {text[:200]}"
 
 
