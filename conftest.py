@@ -16,12 +16,19 @@ fresh copy per document).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import shutil
 from pathlib import Path
 
 import pytest
+
+if importlib.util.find_spec("submitit") is not None:
+    # imported here, before any in-process CLI run: submitit binds its logging handler to the stderr
+    # of the moment it is imported, and CliRunner's stream is closed after the command (once OpenVINO
+    # has run in the process, a later record to it loses sys.stderr for the rest of the worker)
+    import submitit  # noqa: F401
 from sybil import Sybil
 from sybil.evaluators.python import PythonEvaluator
 from sybil.parsers.markdown import CodeBlockParser

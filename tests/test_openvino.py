@@ -55,6 +55,7 @@ def test_the_runner_sets_float32_where_openvinos_default_may_be_bfloat16(exporte
     assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
 
 
+@pytest.mark.slow
 def test_the_openvino_backend_predicts_as_eager(seg_run):
     loaded = load_model(seg_run)
     eager = Predictor(loaded)
@@ -112,6 +113,7 @@ def test_openvino_missing_names_the_extra(monkeypatch):
         openvino_runner("model.xml")
 
 
+@pytest.mark.slow
 def test_a_block_openvino_cannot_convert_is_named_and_nothing_is_written(tmp_path):
     """OpenVINO's ONNX frontend does not convert the Fourier block's DFT graph: the block is named,
     with OpenVINO's own summary line, and no file is left."""
