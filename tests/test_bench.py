@@ -114,18 +114,21 @@ def test_flops_of_a_convolution():
 
 @pytest.mark.slow
 def test_bench_blocks_rows():
-    rows = bench_blocks((1, 8, 16, 16), runs=2)
+    from upzoo.registry import list_upsamplers
+
+    rows = bench_blocks((1, 8, 16, 16), runs=2, names=list_upsamplers(kind="upsampler"))  # with the feature blocks
     names = [r["block"] for r in rows]
     assert names == [
         "anyup", "carafe", "dysample", "fade", "fir", "interp_conv", "interpolate", "jafar", "jbu", "loftup",
-        "pixel_shuffle", "sapa", "transposed", "zero_insertion",
+        "modulated", "pixel_shuffle", "sapa", "separable_transposed", "transposed", "zero_insertion",
     ]  # fmt: skip
     row = {r["block"]: r for r in rows}
     assert row["fade"]["params"] > 0 and row["sapa"]["fwd_bwd_ms"] > 0  # guided blocks get a fixed smooth guide
     assert row["interpolate"]["params"] == 0 and row["interpolate"]["gflops"] == 0
     assert row["pixel_shuffle"]["checkerboard"] == 0 and row["transposed"]["fwd_bwd_ms"] > 0
     feature_blocks = ("anyup", "jafar", "jbu", "loftup")  # image-guided: 2D only
-    assert [r["block"] for r in bench_blocks((1, 4, 4, 8, 8), runs=1)] == [n for n in names if n not in feature_blocks]
+    names_3d = [n for n in names if n not in (*feature_blocks, "modulated")]  # modulated: 2D only
+    assert [r["block"] for r in bench_blocks((1, 4, 4, 8, 8), runs=1)] == names_3d
 
 
 _cli = run_cli
