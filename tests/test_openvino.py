@@ -126,3 +126,8 @@ def test_a_block_openvino_cannot_convert_is_named_and_nothing_is_written(tmp_pat
                        r"\(InterpolateUpsampler\) fails: OpConversionFailure: Conversion is failed for"):  # fmt: skip
         export_network(net, [(2, 3, 16, 16), (1, 3, 17, 15)], tmp_path / "u.xml", "openvino")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_export_format_is_refused_before_any_work(seg_run):
+    with pytest.raises(ConfigError, match=r"format must be one of onnx, exported-program, openvino, got 'tflite'"):
+        export_model(load_model(seg_run), "tflite")

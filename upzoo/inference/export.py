@@ -242,6 +242,11 @@ def _runner(fmt: str, path: Path):
 FORMATS = tuple(SUFFIXES)
 
 
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ConfigError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+
+
 def _write_verified(
     fmt: str,
     model: nn.Module,
@@ -307,6 +312,7 @@ def export_model(
             :data:`TOLERANCE` at a checked size (the file is not written; the block is named).
         ConfigError: an unknown format, or the ONNX packages missing.
     """
+    _check_format(fmt)
     start = time.perf_counter()
     from upzoo.models.factory import architecture_info
 
@@ -337,8 +343,7 @@ def export_network(
     Raises:
         ExportError, ConfigError: as :func:`export_model`.
     """
-    if fmt not in FORMATS:
-        raise ConfigError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    _check_format(fmt)
     start = time.perf_counter()
     model = model.float().cpu().eval()
     out = Path(out)
