@@ -138,8 +138,12 @@ def whole_image_bytes(upscaler: Upscaler, height: int, width: int) -> int:
     any layer on a 16x16 probe, scaled by the pixels, three times (that output, its input and one
     more beside it, as a concatenation or a residual holds), float32."""
     largest = [0]
-    hooks = [m.register_forward_hook(lambda _m, _i, out: largest.__setitem__(0, max(largest[0], out.numel())))
-             for m in upscaler.model.modules() if not list(m.children())]  # fmt: skip
+
+    def record(_module: nn.Module, _inputs: Any, out: Any) -> None:
+        if isinstance(out, torch.Tensor):
+            largest[0] = max(largest[0], out.numel())
+
+    hooks = [m.register_forward_hook(record) for m in upscaler.model.modules() if not list(m.children())]
     try:
         with torch.no_grad():
             upscaler.model(torch.full((1, upscaler.channels, 16, 16), 0.5))
