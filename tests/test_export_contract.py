@@ -112,7 +112,7 @@ def test_predict_through_onnxruntime_gives_the_eager_labels(run_dir, tmp_path):
     ).mean() >= 0.999
     with pytest.raises(ConfigError, match="amp \\(bf16 autocast\\) is for the PyTorch backends"):
         Predictor(loaded, backend="onnxruntime", amp=True)
-    with pytest.raises(ConfigError, match="backend must be one of eager, compile, onnxruntime, got 'tensorrt'"):
+    with pytest.raises(ConfigError, match="backend must be one of eager, compile, onnxruntime, openvino, got 'tens"):
         Predictor(loaded, backend="tensorrt")
     result = run_cli("predict", run_dir, images[0], "--out", tmp_path / "p", "--backend", "onnxruntime",
                      "--onnx", onnx, "--no-progress")  # fmt: skip

@@ -134,8 +134,10 @@ def predict_command(run, inputs, out_dir, tta, scales, window, overlay, probabil
     if as_json:
         click.echo(to_json(summary | ({"export_seconds": round(setup, 3)} if exported else {})))
     else:
-        fmt = "OpenVINO IR" if backend == "openvino" else "ONNX (pass --onnx with a file from upzoo export to skip it)"
-        export = f"; before that, exporting the model to {fmt} and verifying it took {setup:.1f} s" if exported else ""
+        skip = "" if backend == "openvino" else " (pass --onnx with a file from upzoo export to skip it)"
+        fmt = "OpenVINO IR" if backend == "openvino" else "ONNX"
+        took = f"; before that, exporting the model to {fmt} and verifying it took {setup:.1f} s{skip}"
+        export = took if exported else ""
         click.echo(f"wrote {summary['written']} predictions to {out_dir} in {summary['seconds']:.1f} s "
                    f"({summary['csv']}){export}")  # fmt: skip
     _report_failed(summary)
