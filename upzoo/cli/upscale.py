@@ -92,7 +92,7 @@ def upscale_command(weights, inputs, out_dir, tile, device, verify, export_path,
     network as ONNX instead, verified against PyTorch at three sizes before it is written. Nothing is
     downloaded."""
     from upzoo.inference.file_upscaling import Upscaler, upscale_files
-    from upzoo.models.sr_weights import load_sr_weights, sr_weights_path
+    from upzoo.models.sr_weights import network_from_ncnn, sr_weights_param
 
     if list_weights:
         return _list_weights()
@@ -101,8 +101,8 @@ def upscale_command(weights, inputs, out_dir, tile, device, verify, export_path,
     if not weights or not inputs or not out_dir or export_path:
         raise UsageError("upzoo upscale needs WEIGHTS, at least one INPUT and --out, or WEIGHTS and --export FILE.onnx "
                          "alone (upzoo upscale --list names them)")  # fmt: skip
-    network = load_sr_weights(weights)
-    param = Path(weights) if weights.endswith(".param") or "/" in weights else sr_weights_path(weights)
+    param = sr_weights_param(weights)
+    network = network_from_ncnn(param)
     upscaler = Upscaler(network, network.in_channels, network.scale)
     if verify:
         click.echo(_verify(upscaler, param, inputs, Path(out_dir)), err=True)

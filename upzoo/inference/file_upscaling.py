@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import time
 from collections.abc import Sequence
@@ -37,6 +38,24 @@ class Upscaler:
     def of(cls, loaded: LoadedModel) -> Upscaler:
         options = loaded.spec.options
         return cls(loaded.model, options.get("in_channels", 3), options["scale"])
+
+    @functools.cached_property
+    def largest_probe_output(self) -> int:
+        """The most elements any layer outputs on a 16x16 input (measured once per upscaler)."""
+        largest = [0]
+
+        def record(_module: nn.Module, _inputs: Any, out: Any) -> None:
+            if isinstance(out, torch.Tensor):
+                largest[0] = max(largest[0], out.numel())
+
+        hooks = [m.register_forward_hook(record) for m in self.model.modules() if not list(m.children())]
+        try:
+            with torch.no_grad():
+                self.model(torch.full((1, self.channels, 16, 16), 0.5))
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return largest[0]
 
 
 def tiling(upscaler: Upscaler, tile: int | None) -> tuple[int | None, int]:
@@ -137,20 +156,7 @@ def whole_image_bytes(upscaler: Upscaler, height: int, width: int) -> int:
     """An estimate of the memory a whole ``height`` x ``width`` image needs: the largest output of
     any layer on a 16x16 probe, scaled by the pixels, three times (that output, its input and one
     more beside it, as a concatenation or a residual holds), float32."""
-    largest = [0]
-
-    def record(_module: nn.Module, _inputs: Any, out: Any) -> None:
-        if isinstance(out, torch.Tensor):
-            largest[0] = max(largest[0], out.numel())
-
-    hooks = [m.register_forward_hook(record) for m in upscaler.model.modules() if not list(m.children())]
-    try:
-        with torch.no_grad():
-            upscaler.model(torch.full((1, upscaler.channels, 16, 16), 0.5))
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return 3 * 4 * largest[0] * height * width // 256
+    return 3 * 4 * upscaler.largest_probe_output * height * width // 256
 
 
 def check_whole_image_fits(upscaler: Upscaler, size: Sequence[int], path: Path) -> None:

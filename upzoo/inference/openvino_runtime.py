@@ -66,7 +66,8 @@ def write_openvino(write_onnx: Callable[[Path], None], path: Path, contract: dic
 
 def openvino_runner(path: str | Path, precision: str = "f32", threads: int | None = None):
     """A function ``(N, C, *S) float32 array -> output array`` running the IR at ``path`` on the CPU
-    at ``precision`` (set explicitly; see the module)."""
+    at ``precision`` (set explicitly; see the module). Its ``precision`` attribute is the
+    precision the compiled model reports (OpenVINO's own reading, e.g. ``f32``)."""
     ov = _openvino()
     config = {"INFERENCE_PRECISION_HINT": "bf16" if check_openvino_precision(precision) == "bf16" else "f32"}
     if threads:
@@ -77,6 +78,7 @@ def openvino_runner(path: str | Path, precision: str = "f32", threads: int | Non
     def run(x: np.ndarray) -> np.ndarray:
         return np.array(request.infer([np.ascontiguousarray(x, dtype=np.float32)])[0])
 
+    run.precision = str(compiled.get_property("INFERENCE_PRECISION_HINT").to_string())
     return run
 
 

